@@ -1,0 +1,54 @@
+# Every dependency is found here, once. Torch's own flags are warnings-heavy, so its headers are
+# marked SYSTEM through the imported target; MPI/HDF5/Boost stay private to the modules that use them.
+find_package(Threads REQUIRED)
+find_package(Torch REQUIRED)
+find_package(MPI REQUIRED COMPONENTS C)
+set(HDF5_PREFER_PARALLEL TRUE)
+find_package(HDF5 REQUIRED COMPONENTS C)
+if(NOT HDF5_IS_PARALLEL)
+  message(WARNING "HDF5 found at ${HDF5_INCLUDE_DIRS} is serial; parallel HDF5 (libhdf5-openmpi-dev) is expected")
+endif()
+find_package(Boost 1.71 REQUIRED COMPONENTS program_options)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(nlohmann_json 3.9 REQUIRED)
+find_package(ZLIB REQUIRED)
+
+# Torch's exported target carries -D_GLIBCXX_USE_CXX11_ABI and its include dirs; wrap it so the
+# include dirs are SYSTEM (libtorch headers are not -Wall -Wextra clean).
+add_library(hpctrain_torch INTERFACE)
+target_link_libraries(hpctrain_torch INTERFACE ${TORCH_LIBRARIES})
+target_include_directories(hpctrain_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+
+# mpi.h from C++ pulls in the deprecated C++ bindings unless told not to; we use the C API only.
+add_library(hpctrain_mpi INTERFACE)
+target_link_libraries(hpctrain_mpi INTERFACE MPI::MPI_C)
+target_compile_definitions(hpctrain_mpi INTERFACE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
+
+add_library(hpctrain_hdf5 INTERFACE)
+target_include_directories(hpctrain_hdf5 SYSTEM INTERFACE ${HDF5_INCLUDE_DIRS})
+target_link_libraries(hpctrain_hdf5 INTERFACE ${HDF5_C_LIBRARIES} hpctrain_mpi)
+target_compile_definitions(hpctrain_hdf5 INTERFACE ${HDF5_DEFINITIONS})
+
+# CUDA + NCCL are optional: when both are found, src/comm/nccl/ is compiled into the comm library.
+set(HPCTRAIN_HAVE_NCCL OFF)
+if(HPCTRAIN_WITH_NCCL)
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME PATH_SUFFIXES include)
+    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME PATH_SUFFIXES lib lib64)
+    if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+      file(STRINGS ${NCCL_INCLUDE_DIR}/nccl.h _nccl_major REGEX "^#define NCCL_MAJOR")
+      file(STRINGS ${NCCL_INCLUDE_DIR}/nccl.h _nccl_minor REGEX "^#define NCCL_MINOR")
+      file(STRINGS ${NCCL_INCLUDE_DIR}/nccl.h _nccl_patch REGEX "^#define NCCL_PATCH")
+      string(REGEX MATCH "[0-9]+" _nccl_major "${_nccl_major}")
+      string(REGEX MATCH "[0-9]+" _nccl_minor "${_nccl_minor}")
+      string(REGEX MATCH "[0-9]+" _nccl_patch "${_nccl_patch}")
+      set(NCCL_VERSION "${_nccl_major}.${_nccl_minor}.${_nccl_patch}")
+      add_library(hpctrain_nccl INTERFACE)
+      target_include_directories(hpctrain_nccl SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
+      target_link_libraries(hpctrain_nccl INTERFACE ${NCCL_LIBRARY} CUDA::cudart)
+      set(HPCTRAIN_HAVE_NCCL ON)
+    endif()
+  endif()
+endif()

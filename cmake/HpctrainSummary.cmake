@@ -1,0 +1,13 @@
+# One block at the end of configure that says what this build can do.
+message(STATUS "hpctrain ${PROJECT_VERSION} configuration:")
+message(STATUS "  build type      : ${CMAKE_BUILD_TYPE}")
+message(STATUS "  libtorch        : ${Torch_VERSION} (${TORCH_INSTALL_PREFIX})")
+message(STATUS "  MPI             : MPI ${MPI_C_VERSION} (${MPI_C_LIBRARIES})")
+message(STATUS "  HDF5            : ${HDF5_VERSION} (parallel: ${HDF5_IS_PARALLEL})")
+if(HPCTRAIN_HAVE_NCCL)
+  message(STATUS "  NCCL            : ON — NCCL ${NCCL_VERSION}, CUDA ${CUDAToolkit_VERSION}: communicator compiled and linked")
+else()
+  message(STATUS "  NCCL            : OFF — CUDA toolkit or NCCL not found (or HPCTRAIN_WITH_NCCL=OFF): MPI carries gradients")
+endif()
+message(STATUS "  sanitizers      : ${HPCTRAIN_SANITIZE}")
+message(STATUS "  tests           : ${HPCTRAIN_BUILD_TESTS}")

@@ -1,0 +1,57 @@
+// The data plane: collectives over tensors behind one interface, so the gradient engine and the
+// trainer never know whether MPI or NCCL carries the bytes. Every collective is asynchronous and
+// returns a Work handle. Depends on core and ATen's tensor type only (no mpi.h, no nccl.h).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hpctrain::comm {
+
+class Bootstrap;
+
+enum class ReduceOp { kSum, kAvg };
+
+// A collective in flight. wait() returns when the result is in the tensor (for NCCL: ordered before
+// later work on the compute stream) and throws CommError on failure or timeout.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  virtual bool is_completed() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string backend() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Collective: every rank calls these in the same order with tensors of the same dtype and shape.
+  // The tensor must be contiguous and stay alive until the Work completes; results are in place.
+  virtual std::unique_ptr<Work> allreduce(at::Tensor& tensor, ReduceOp op) = 0;
+  virtual std::unique_ptr<Work> broadcast(at::Tensor& tensor, int root) = 0;
+  // Collective.
+  virtual void barrier() = 0;
+};
+
+// Backends compiled into this build, e.g. {"mpi", "nccl"}.
+std::vector<std::string> available_backends();
+
+// Checks that `backend` can carry tensors on CUDA (`cuda`) or CPU in this build, before MPI starts.
+// Throws ConfigError saying what to use instead.
+void validate_backend(const std::string& backend, bool cuda);
+
+// Resolves "auto" for tensors on CUDA (`cuda`) or CPU and builds the communicator. Collective.
+// Throws ConfigError when the backend is unknown or unusable here, saying what to use instead.
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, Bootstrap& bootstrap,
+                                                bool cuda, int device_index);
+
+// NCCL's version as "2.28.9" when built with NCCL, else "".
+std::string nccl_version();
+
+}  // namespace hpctrain::comm

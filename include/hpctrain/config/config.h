@@ -1,0 +1,72 @@
+// The resolved configuration as plain typed structs, one per INI section. Filled only through the
+// option table (option_table.h), which owns every name, default, help text and check.
+// Depends on std only, so every module may take a section by const reference.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace hpctrain::config {
+
+struct RunConfig {
+  std::string dir;  // run directory: config.ini, logs/, metrics.jsonl, checkpoints/
+};
+
+struct DataConfig {
+  std::string path;  // dataset directory written by `hpctrain prepare`
+  std::string train_split;
+  std::string eval_split;
+};
+
+struct ModelConfig {
+  std::string name;
+  std::string mlp_hidden;  // comma-separated hidden widths of the mlp model
+  double dropout = 0.0;
+};
+
+struct OptimConfig {
+  std::string name;
+  double lr = 0.0;
+  double weight_decay = 0.0;
+  double momentum = 0.0;
+  double beta1 = 0.0;
+  double beta2 = 0.0;
+  double eps = 0.0;
+};
+
+struct TrainConfig {
+  std::int64_t epochs = 0;
+  std::int64_t max_steps = 0;  // 0: no limit
+  std::int64_t batch_size = 0;  // per rank
+  std::int64_t eval_batch_size = 0;
+  std::int64_t seed = 0;
+  std::int64_t threads = 0;  // intra-op threads per rank; 0: the cores this rank is bound to
+  bool shuffle = true;
+};
+
+struct DistConfig {
+  std::string backend;
+};
+
+struct CkptConfig {
+  bool save_final = true;
+};
+
+struct LogConfig {
+  std::int64_t every_steps = 0;
+  std::string level;
+  bool all_ranks = false;
+};
+
+struct Config {
+  RunConfig run;
+  DataConfig data;
+  ModelConfig model;
+  OptimConfig optim;
+  TrainConfig train;
+  DistConfig dist;
+  CkptConfig ckpt;
+  LogConfig log;
+};
+
+}  // namespace hpctrain::config

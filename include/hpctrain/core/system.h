@@ -1,0 +1,30 @@
+// Facts about this process and host that every module may ask: host name, the cores this process
+// may run on, and the allocator tuning libtorch needs on CPU. Depends on std only.
+#pragma once
+
+#include <string>
+
+namespace hpctrain::sys {
+
+std::string host_name();
+
+// Number of CPUs in this process's affinity mask (what mpirun/srun bound it to); at least 1.
+int affinity_cores();
+
+// Keeps glibc from returning and re-requesting libtorch's large buffers on every step
+// (see docs/architecture.md, "Allocator"). Idempotent.
+void tune_allocator();
+
+// Environment variable or fallback.
+std::string env_or(const char* name, const std::string& fallback);
+
+}  // namespace hpctrain::sys
+
+namespace hpctrain::sys {
+
+// Durably publishes `temp` as `target` (a file or a directory): fsync the file (or every file in the
+// directory), rename over the target, fsync the parent directory. Readers see the old or the new
+// content, never a half-written one. Throws hpctrain::Error with errno's text on failure.
+void publish_atomically(const std::string& temp, const std::string& target);
+
+}  // namespace hpctrain::sys

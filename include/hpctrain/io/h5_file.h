@@ -1,0 +1,83 @@
+// RAII access to one HDF5 file through the C API: typed datasets (whole or a range of rows),
+// string and integer attributes, groups. Only io/*.cpp includes hdf5.h; callers see plain types.
+// Errors are hpctrain::Error with the caller's exit code (data: 3, checkpoint: 4) and HDF5's
+// innermost message. Depends on core only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hpctrain/core/error.h"
+
+namespace hpctrain::io {
+
+enum class DType { kUInt8, kInt32, kInt64, kFloat32, kFloat64 };
+
+const char* dtype_name(DType dtype);
+size_t dtype_size(DType dtype);
+// Throws Error(code) for an unknown name.
+DType dtype_from_name(const std::string& name, ExitCode code);
+
+struct DatasetInfo {
+  DType dtype;
+  std::vector<std::int64_t> shape;
+};
+
+struct WriteOptions {
+  std::int64_t chunk_rows = 0;  // rows (first-dimension entries) per chunk; 0: contiguous layout
+  bool fletcher32 = true;       // per-chunk checksums (chunked datasets only)
+  int deflate_level = 0;        // 0: no compression
+};
+
+class H5File {
+ public:
+  // Creates (truncating) or opens read-only; errors carry `code`.
+  static H5File create(const std::string& path, ExitCode code);
+  static H5File open_read(const std::string& path, ExitCode code);
+
+  H5File(H5File&& other) noexcept;
+  H5File& operator=(H5File&& other) noexcept;
+  H5File(const H5File&) = delete;
+  H5File& operator=(const H5File&) = delete;
+  ~H5File();
+
+  const std::string& path() const { return path_; }
+
+  // Creates every missing group on the way to `name` ("a/b/c" creates a and a/b).
+  void write(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape,
+             const void* data, const WriteOptions& options = {});
+  bool exists(const std::string& name) const;
+  DatasetInfo info(const std::string& name) const;
+  // Reads the whole dataset into `out` (info(name) tells the size), converting to `dtype`.
+  void read(const std::string& name, DType dtype, void* out) const;
+  // Reads rows [first, first + count) of the first dimension.
+  void read_rows(const std::string& name, DType dtype, std::int64_t first, std::int64_t count,
+                 void* out) const;
+  // Names of the datasets under `group`, recursively, as paths relative to it, in name order.
+  std::vector<std::string> list_datasets(const std::string& group) const;
+
+  // Attributes of the root group.
+  void set_attr(const std::string& name, const std::string& value);
+  void set_attr(const std::string& name, std::int64_t value);
+  std::string attr_string(const std::string& name) const;
+  std::int64_t attr_int(const std::string& name) const;
+  bool has_attr(const std::string& name) const;
+
+  // Flushes and closes; further use throws. Errors on close are reported (the destructor swallows).
+  void close();
+
+ private:
+  H5File(std::int64_t id, std::string path, ExitCode code);
+  [[noreturn]] void fail(const std::string& what) const;
+
+  std::int64_t id_ = -1;  // hid_t
+  std::string path_;
+  ExitCode code_ = ExitCode::kData;
+};
+
+// "1.10.8", and whether this HDF5 was built with MPI-IO (parallel).
+std::string hdf5_version();
+bool hdf5_is_parallel();
+
+}  // namespace hpctrain::io

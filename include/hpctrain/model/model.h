@@ -1,0 +1,43 @@
+// A trainable model behind one small interface, and the registry that builds one by name
+// (`model.name`). Headers stay light: torch::nn::Module is only forward-declared here.
+// Depends on core, config and ATen's tensor type.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hpctrain/config/config.h"
+
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
+
+namespace hpctrain::model {
+
+// What the data says the model must accept and produce.
+struct ModelSpec {
+  std::vector<std::int64_t> input_shape;  // per sample, e.g. {1, 28, 28}
+  std::int64_t num_classes = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Logits [B, num_classes] for a batch [B, ...input_shape].
+  virtual at::Tensor forward(const at::Tensor& input) = 0;
+  // The underlying module: parameters, buffers, train()/eval().
+  virtual torch::nn::Module& module() = 0;
+};
+
+// Builds `config.name` for `spec`. Throws ConfigError for an unknown name or options the model
+// cannot use with this data (e.g. fashion_cnn on inputs that are not 1x28x28).
+std::shared_ptr<Model> make_model(const config::ModelConfig& config, const ModelSpec& spec);
+
+// Registered model names, in registration order.
+std::vector<std::string> model_names();
+
+}  // namespace hpctrain::model

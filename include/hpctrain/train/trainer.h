@@ -1,0 +1,62 @@
+// The training loop of one rank (docs/architecture.md, "One training step"):
+//   batch -> forward -> loss -> backward -> GradSync -> optimizer step -> metrics
+// with BatchNorm buffers kept equal to rank 0's, evaluation at the end of every epoch and a final
+// checkpoint. Depends on every module below it.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "hpctrain/config/config.h"
+#include "hpctrain/data/split.h"
+#include "hpctrain/train/evaluator.h"
+#include "hpctrain/train/run_directory.h"
+
+namespace hpctrain::comm {
+class Bootstrap;
+}
+namespace hpctrain::model {
+class Model;
+}
+
+namespace hpctrain::train {
+
+// Everything a run needs that can be checked before MPI starts, so a bad config or dataset stops
+// every rank the same way before anything is written.
+struct TrainingSetup {
+  config::Config config;
+  std::optional<data::Split> train_split;  // absent for evaluation only
+  std::optional<data::Split> eval_split;
+  std::shared_ptr<model::Model> model;
+  int threads = 1;  // intra-op threads of this rank
+};
+
+// Sets the thread count and seed, reads the data and builds the model. Throws ConfigError/DataError.
+TrainingSetup prepare_training(const config::Config& config, bool need_train_split);
+
+// The model's parameters and buffers by name: what a checkpoint stores.
+std::vector<std::pair<std::string, at::Tensor>> model_state(model::Model& model);
+
+// Intra-op threads: train.threads, or the cores this process is bound to when 0.
+int configure_threads(const config::TrainConfig& train);
+
+struct TrainSummary {
+  std::int64_t steps = 0;
+  std::optional<EvalResult> last_eval;
+  std::string checkpoint;  // path of the final checkpoint, "" if none
+};
+
+class Trainer {
+ public:
+  Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory run_dir);
+  ~Trainer();
+
+  // Collective: trains for train.epochs (or train.max_steps) and returns what happened.
+  TrainSummary run();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace hpctrain::train

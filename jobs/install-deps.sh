@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs hpctrain's build and run dependencies from Debian 12 packages. Idempotent: installs only
+# what is missing, and does nothing (not even apt-get update) when everything is present.
+# Works as root or through sudo. CUDA and NCCL are optional and not installed here.
+set -euo pipefail
+
+packages=(
+  build-essential cmake git pkg-config
+  libtorch-dev                       # libtorch 1.13 (CPU)
+  libopenblas0-openmp                # optimized BLAS: libtorch otherwise runs on the reference BLAS
+  libopenmpi-dev openmpi-bin         # MPI: launch, rendezvous, CPU gradients
+  libhdf5-openmpi-dev hdf5-tools     # parallel HDF5 for datasets and checkpoints (+ h5dump)
+  libboost-program-options-dev       # INI configs and command line
+  libgtest-dev                       # tests
+  libspdlog-dev libfmt-dev           # logging
+  nlohmann-json3-dev                 # manifests and metrics
+  zlib1g-dev                         # gzipped IDX files
+  dataset-fashion-mnist              # the quick start's data
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds (dev preset: warnings are errors), runs the whole suite through
+# ctest and ends with one line "N passed, N failed". Extra arguments go to ctest (e.g. -L unit).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source jobs/env.sh
+
+bash jobs/install-deps.sh || exit 1
+bash jobs/build.sh dev || exit 1
+
+log=$(mktemp)
+ctest --test-dir build/dev --output-on-failure --timeout 900 "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -n 1)
+rm -f "$log"
+if [ -z "$summary" ]; then
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+failed=$(echo "$summary" | sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\1/')
+total=$(echo "$summary" | sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\2/')
+echo "$((total - failed)) passed, $failed failed"
+exit "$status"

@@ -1,0 +1,26 @@
+#include <cstdio>
+#include <cstdlib>
+
+#include "hpctrain/cli/commands.h"
+#include "hpctrain/comm/bootstrap.h"
+#include "hpctrain/core/log.h"
+
+namespace hpctrain::cli {
+
+void exit_with_error(const std::string& message, int exit_code) {
+  const int world = comm::Bootstrap::running_world_size();
+  if (world > 1) {
+    std::fprintf(stderr, "hpctrain: error: %s %s\n", log::where().c_str(), message.c_str());
+    std::fflush(stderr);
+    log::shutdown();
+    comm::Bootstrap::abort_job(exit_code);
+  }
+  if (comm::Bootstrap::launcher_rank() == 0) {
+    std::fprintf(stderr, "hpctrain: error: %s\n", message.c_str());
+  }
+  std::fflush(stderr);
+  comm::Bootstrap::finalize_if_running();
+  std::exit(exit_code);
+}
+
+}  // namespace hpctrain::cli

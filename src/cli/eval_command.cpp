@@ -1,0 +1,51 @@
+// `hpctrain eval`: load a checkpoint into the configured model and score the eval split.
+#include <iostream>
+
+#include "hpctrain/ckpt/checkpoint.h"
+#include "hpctrain/cli/commands.h"
+#include "hpctrain/comm/communicator.h"
+#include "hpctrain/config/parser.h"
+#include "hpctrain/core/log.h"
+#include "hpctrain/core/system.h"
+#include "hpctrain/train/evaluator.h"
+#include "hpctrain/train/trainer.h"
+#include "runtime.h"
+
+namespace hpctrain::cli {
+
+int run_eval(const Args& args) {
+  const std::vector<config::Flag> flags{{"checkpoint", true, "checkpoint file (.h5) to evaluate"}};
+  if (wants_help(args)) {
+    std::cout << "usage: [mpirun -np N] hpctrain eval --checkpoint FILE --config FILE "
+                 "[--section.key=value ...]\n\n"
+                 "Loads FILE into the model the config describes and reports test loss and accuracy\n"
+                 "on data.eval_split. Options:\n"
+              << config::options_help();
+    return 0;
+  }
+  const config::ParsedArgs parsed = config::parse_args(args, flags, true, true);
+  if (!parsed.has("checkpoint") || parsed.flags.at("checkpoint").empty()) {
+    throw ConfigError("eval: --checkpoint FILE is required");
+  }
+  if (parsed.config.data.eval_split.empty()) {
+    throw ConfigError("eval: data.eval_split is empty; name the split to evaluate");
+  }
+  const std::string path = parsed.flags.at("checkpoint");
+  sys::tune_allocator();
+  init_early_logging(parsed.config.log);
+  train::TrainingSetup setup = train::prepare_training(parsed.config, /*need_train_split=*/false);
+  const ckpt::CheckpointMeta meta = ckpt::read_checkpoint(path, train::model_state(*setup.model));
+
+  const auto bootstrap = start_mpi(parsed.config.log);
+  log_banner(*bootstrap, setup.threads);
+  const auto comm = comm::make_communicator(parsed.config.dist.backend, *bootstrap, false, 0);
+  const train::EvalResult result = train::evaluate(*setup.model, *setup.eval_split, *comm,
+                                                   parsed.config.train.eval_batch_size);
+  log::info("checkpoint {} (step {}, epoch {}, model {})", path, meta.step, meta.epoch, meta.model_name);
+  log::info("{}: {} samples, test_loss {:.4f}, test_acc {:.4f}", parsed.config.data.eval_split,
+            result.samples, result.loss, result.accuracy);
+  log::shutdown();
+  return 0;
+}
+
+}  // namespace hpctrain::cli

@@ -1,0 +1,74 @@
+// `hpctrain prepare <format>`: import a dataset into hpctrain's HDF5 format. Runs as one process.
+#include <iostream>
+
+#include "hpctrain/cli/commands.h"
+#include "hpctrain/config/parser.h"
+#include "hpctrain/core/error.h"
+#include "hpctrain/core/log.h"
+#include "hpctrain/core/system.h"
+#include "hpctrain/data/importers.h"
+#include "runtime.h"
+
+namespace hpctrain::cli {
+namespace {
+
+std::int64_t flag_int(const config::ParsedArgs& parsed, const std::string& name, std::int64_t fallback) {
+  if (!parsed.has(name)) return fallback;
+  const std::string& text = parsed.flags.at(name);
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || value < 0) {
+    throw ConfigError("prepare: --" + name + " must be an integer >= 0, got '" + text + "'");
+  }
+  return value;
+}
+
+}  // namespace
+
+int run_prepare(const Args& args) {
+  const std::vector<config::Flag> flags{
+      {"source", true, "directory holding the raw files"},
+      {"out", true, "dataset directory to create"},
+      {"overwrite", false, "replace an existing output directory"},
+      {"limit", true, "keep only the first N samples of each split (0: all)"},
+      {"deflate", true, "deflate level 0-9 for the HDF5 chunks (0: none)"},
+  };
+  std::string formats;
+  for (const auto& name : data::importer_names()) formats += (formats.empty() ? "" : "|") + name;
+  if (wants_help(args)) {
+    std::cout << "usage: hpctrain prepare <" << formats << "> --source DIR --out DIR "
+              << "[--overwrite] [--limit N] [--deflate L]\n\n"
+                 "Imports IDX files (gzipped or not) into a dataset directory: manifest.json plus\n"
+                 "one HDF5 file per split (train, test), chunked with fletcher32 checksums. The\n"
+                 "output appears only when complete; an existing one is kept unless --overwrite.\n"
+                 "Example:\n"
+                 "  hpctrain prepare fashion-mnist --source /usr/share/datasets/fashion-mnist "
+                 "--out data/fashion-mnist\n";
+    return 0;
+  }
+  const config::ParsedArgs parsed = config::parse_args(args, flags, /*with_options=*/false, false);
+  if (parsed.positionals.size() != 1) {
+    throw ConfigError("prepare: name one dataset format (" + formats + "); see hpctrain prepare --help");
+  }
+  if (!parsed.config_file.empty()) throw ConfigError("prepare: --config is not used by prepare");
+  data::ImportOptions options;
+  options.source = parsed.has("source") ? parsed.flags.at("source") : "";
+  options.out = parsed.has("out") ? parsed.flags.at("out") : "";
+  options.overwrite = parsed.has("overwrite");
+  options.limit = flag_int(parsed, "limit", 0);
+  options.deflate_level = static_cast<int>(flag_int(parsed, "deflate", 0));
+  if (options.source.empty()) throw ConfigError("prepare: --source DIR is required");
+  log::init_console({}, false, spdlog::level::info);
+  data::import_dataset(parsed.positionals.front(), options);
+  return 0;
+}
+
+int run_docs(const Args& args) {
+  if (args.size() != 1 || args[0] != "options") {
+    throw ConfigError("docs: usage: hpctrain docs options   (prints docs/configuration.md)");
+  }
+  std::cout << config::options_markdown();
+  return 0;
+}
+
+}  // namespace hpctrain::cli

@@ -1,0 +1,24 @@
+// Start-up shared by the commands that run as MPI ranks (train, eval): MPI, rank-aware logging,
+// and the banner rank 0 prints. Private to src/cli.
+#pragma once
+
+#include <memory>
+
+#include "hpctrain/comm/bootstrap.h"
+#include "hpctrain/config/config.h"
+
+namespace hpctrain::cli {
+
+// Console logging before MPI starts: rank from the launcher's environment, so only rank 0 talks.
+void init_early_logging(const config::LogConfig& log_config);
+
+// Starts MPI and re-initializes logging with the rank's identity. Collective.
+std::unique_ptr<comm::Bootstrap> start_mpi(const config::LogConfig& log_config);
+
+// Rank 0: versions, world/local sizes, nodes and hosts, threads. Every rank: its binding, in its log.
+void log_banner(const comm::Bootstrap& bootstrap, int threads);
+
+// True when `args` asks for help (-h or --help anywhere).
+bool wants_help(const std::vector<std::string>& args);
+
+}  // namespace hpctrain::cli

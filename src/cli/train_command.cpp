@@ -1,0 +1,60 @@
+// `hpctrain train`: parse and check everything, then start MPI, create the run directory, train.
+#include <iostream>
+
+#include "hpctrain/cli/commands.h"
+#include "hpctrain/config/parser.h"
+#include "hpctrain/core/log.h"
+#include "hpctrain/core/system.h"
+#include "hpctrain/train/trainer.h"
+#include "runtime.h"
+
+namespace hpctrain::cli {
+
+int run_train(const Args& args) {
+  const std::vector<config::Flag> flags{{"print-config", false, "print the resolved config and exit"}};
+  if (wants_help(args)) {
+    std::cout << "usage: [mpirun -np N | srun] hpctrain train [--config FILE] [--section.key=value ...]\n"
+                 "       hpctrain train --config FILE --print-config\n\n"
+                 "Trains model.name on data.path data-parallel over all ranks. Options:\n"
+              << config::options_help();
+    return 0;
+  }
+  const config::ParsedArgs parsed = config::parse_args(args, flags, true, true);
+  if (!parsed.positionals.empty()) {
+    throw ConfigError("train: unexpected argument '" + parsed.positionals.front() +
+                      "' (options are --section.key=value; see hpctrain train --help)");
+  }
+  const config::Config& config = parsed.config;
+  const std::string resolved = config::to_ini(config);
+  if (parsed.has("print-config")) {
+    std::cout << resolved;
+    return 0;
+  }
+  sys::tune_allocator();
+  init_early_logging(config.log);
+  // Everything that can be wrong with the inputs fails here, on every rank alike, before MPI starts
+  // and before anything is written.
+  train::TrainingSetup setup = train::prepare_training(config, /*need_train_split=*/true);
+
+  const auto bootstrap = start_mpi(config.log);
+  const train::RunDirectory run_dir(config.run.dir);
+  if (bootstrap->world_rank() == 0) run_dir.create(resolved);
+  bootstrap->barrier();
+  log::add_file(run_dir.log_path(bootstrap->world_rank()));
+  log_banner(*bootstrap, setup.threads);
+  log::info("run directory {}", run_dir.root());
+
+  train::Trainer trainer(std::move(setup), *bootstrap, run_dir);
+  const train::TrainSummary summary = trainer.run();
+  if (summary.last_eval) {
+    log::info("done: {} steps, test accuracy {:.4f}, test loss {:.4f}", summary.steps,
+              summary.last_eval->accuracy, summary.last_eval->loss);
+  } else {
+    log::info("done: {} steps", summary.steps);
+  }
+  log::info("run directory: {}", run_dir.root());
+  log::shutdown();
+  return 0;
+}
+
+}  // namespace hpctrain::cli

@@ -1,0 +1,133 @@
+#include "hpctrain/comm/bootstrap.h"
+
+#include <cstdlib>
+#include <exception>
+
+#include "bootstrap_impl.h"
+#include "hpctrain/core/system.h"
+#include "mpi_check.h"
+
+namespace hpctrain::comm {
+namespace {
+
+int g_world_size = 0;
+
+}  // namespace
+
+Bootstrap::Bootstrap(int* argc, char*** argv) : impl_(std::make_unique<Impl>()) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    // Note [Thread level]: gradients may be reduced from a communication thread while the main
+    // thread runs backward; MPI calls are serialized by that design, so SERIALIZED is enough.
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+      throw CommError("MPI_Init_thread failed: MPI could not start (check the launcher)");
+    }
+    impl_->owns_mpi = true;
+  }
+  HT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &impl_->world));
+  // Errors come back as return codes, which HT_MPI_CHECK turns into typed exceptions.
+  HT_MPI_CHECK(MPI_Comm_set_errhandler(impl_->world, MPI_ERRORS_RETURN));
+  HT_MPI_CHECK(MPI_Comm_rank(impl_->world, &topology_.world_rank));
+  HT_MPI_CHECK(MPI_Comm_size(impl_->world, &topology_.world_size));
+
+  HT_MPI_CHECK(MPI_Comm_split_type(impl_->world, MPI_COMM_TYPE_SHARED, topology_.world_rank,
+                                   MPI_INFO_NULL, &impl_->local));
+  HT_MPI_CHECK(MPI_Comm_rank(impl_->local, &topology_.local_rank));
+  HT_MPI_CHECK(MPI_Comm_size(impl_->local, &topology_.local_size));
+
+  // Node index: the node leaders (local rank 0) number themselves, then tell their node.
+  MPI_Comm leaders = MPI_COMM_NULL;
+  const int color = topology_.local_rank == 0 ? 0 : MPI_UNDEFINED;
+  HT_MPI_CHECK(MPI_Comm_split(impl_->world, color, topology_.world_rank, &leaders));
+  int node[2] = {0, 1};
+  if (leaders != MPI_COMM_NULL) {
+    HT_MPI_CHECK(MPI_Comm_rank(leaders, &node[0]));
+    HT_MPI_CHECK(MPI_Comm_size(leaders, &node[1]));
+    HT_MPI_CHECK(MPI_Comm_free(&leaders));
+  }
+  HT_MPI_CHECK(MPI_Bcast(node, 2, MPI_INT, 0, impl_->local));
+  topology_.node_rank = node[0];
+  topology_.node_count = node[1];
+  topology_.hosts = allgather_string(sys::host_name());
+  g_world_size = topology_.world_size;
+}
+
+Bootstrap::~Bootstrap() {
+  if (std::uncaught_exceptions() > 0) return;  // Note [Unwinding]: main() aborts the job
+  if (impl_->local != MPI_COMM_NULL) MPI_Comm_free(&impl_->local);
+  if (impl_->world != MPI_COMM_NULL) MPI_Comm_free(&impl_->world);
+  if (impl_->owns_mpi) MPI_Finalize();
+  g_world_size = 0;
+}
+
+void Bootstrap::barrier() const { HT_MPI_CHECK(MPI_Barrier(impl_->world)); }
+
+void Bootstrap::broadcast_bytes(std::vector<std::uint8_t>& bytes, int root) const {
+  unsigned long long size = bytes.size();
+  HT_MPI_CHECK(MPI_Bcast(&size, 1, MPI_UNSIGNED_LONG_LONG, root, impl_->world));
+  bytes.resize(size);
+  HT_MPI_CHECK(MPI_Bcast(bytes.data(), static_cast<int>(size), MPI_BYTE, root, impl_->world));
+}
+
+std::vector<std::string> Bootstrap::allgather_string(const std::string& value) const {
+  const int n = topology_.world_size;
+  int length = static_cast<int>(value.size());
+  std::vector<int> lengths(n);
+  HT_MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, impl_->world));
+  std::vector<int> offsets(n, 0);
+  for (int r = 1; r < n; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
+  std::string all(static_cast<size_t>(offsets[n - 1] + lengths[n - 1]), '\0');
+  HT_MPI_CHECK(MPI_Allgatherv(value.data(), length, MPI_CHAR, all.data(), lengths.data(),
+                              offsets.data(), MPI_CHAR, impl_->world));
+  std::vector<std::string> out(n);
+  for (int r = 0; r < n; ++r) out[r] = all.substr(offsets[r], lengths[r]);
+  return out;
+}
+
+bool Bootstrap::all_true(bool flag) const {
+  int mine = flag ? 1 : 0;
+  int all = 0;
+  HT_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, impl_->world));
+  return all != 0;
+}
+
+void Bootstrap::abort_job(int exit_code) {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
+}
+
+int Bootstrap::running_world_size() {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized ? g_world_size : 0;
+}
+
+void Bootstrap::finalize_if_running() {
+  if (running_world_size() > 0) MPI_Finalize();
+}
+
+std::string Bootstrap::mpi_library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  MPI_Get_library_version(text, &length);
+  std::string version(text, static_cast<size_t>(length));
+  const auto end = version.find_first_of(",\n");  // Open MPI appends the build and a URL
+  return version.substr(0, end);
+}
+
+int Bootstrap::launcher_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* value = std::getenv(var)) return std::atoi(value);
+  }
+  return 0;
+}
+
+}  // namespace hpctrain::comm

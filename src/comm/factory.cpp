@@ -1,0 +1,77 @@
+// The one place that knows which backends this build has (DESIGN: all `#if HT_WITH_NCCL` live here).
+#include "hpctrain/comm/bootstrap.h"
+#include "hpctrain/comm/communicator.h"
+#include "hpctrain/core/error.h"
+#include "mpi_communicator.h"
+
+#ifndef HT_WITH_NCCL
+#define HT_WITH_NCCL 0
+#endif
+#if HT_WITH_NCCL
+#include <nccl.h>
+
+#include "nccl/nccl_communicator.h"
+#endif
+
+namespace hpctrain::comm {
+
+std::vector<std::string> available_backends() {
+#if HT_WITH_NCCL
+  return {"mpi", "nccl"};
+#else
+  return {"mpi"};
+#endif
+}
+
+std::string nccl_version() {
+#if HT_WITH_NCCL
+  int code = 0;
+  if (ncclGetVersion(&code) != ncclSuccess) return "unknown";
+  // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
+  return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." +
+         std::to_string(code % 100);
+#else
+  return "";
+#endif
+}
+
+namespace {
+
+// "auto" resolved for this build and tensor location; throws ConfigError when unusable.
+std::string resolve_backend(const std::string& backend, bool cuda) {
+  const bool built_with_nccl = HT_WITH_NCCL != 0;
+  if (backend == "auto") return cuda && built_with_nccl ? "nccl" : "mpi";
+  if (backend == "mpi" && cuda) {
+    throw ConfigError("dist.backend=mpi with CUDA tensors is not supported yet; use "
+                      "dist.backend=nccl (or auto) on GPUs");
+  }
+  if (backend == "nccl" && !built_with_nccl) {
+    throw ConfigError("dist.backend=nccl: this hpctrain was built without NCCL (CUDA toolkit or "
+                      "NCCL not found at configure time); use dist.backend=mpi or auto");
+  }
+  if (backend == "nccl" && !cuda) {
+    throw ConfigError("dist.backend=nccl needs CUDA tensors, but this run is on the CPU; use "
+                      "dist.backend=mpi or auto");
+  }
+  if (backend != "mpi" && backend != "nccl") {
+    throw ConfigError("dist.backend: unknown backend '" + backend + "' (allowed: auto|mpi|nccl)");
+  }
+  return backend;
+}
+
+}  // namespace
+
+void validate_backend(const std::string& backend, bool cuda) { resolve_backend(backend, cuda); }
+
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, Bootstrap& bootstrap,
+                                                bool cuda, [[maybe_unused]] int device_index) {
+  if (resolve_backend(backend, cuda) == "mpi") return std::make_unique<MpiCommunicator>(bootstrap);
+#if HT_WITH_NCCL
+  constexpr double kTimeoutS = 300;  // dist.timeout_s arrives with the fault-handling work
+  return std::make_unique<NcclCommunicator>(bootstrap, device_index, kTimeoutS);
+#else
+  throw Error("internal: NCCL chosen in a build without NCCL");
+#endif
+}
+
+}  // namespace hpctrain::comm

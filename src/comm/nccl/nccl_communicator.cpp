@@ -1,0 +1,198 @@
+#include "nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "hpctrain/comm/bootstrap.h"
+#include "hpctrain/core/error.h"
+#include "hpctrain/core/log.h"
+
+#define HT_CUDA_CHECK(call)                                                              \
+  do {                                                                                   \
+    const cudaError_t ht_cuda_rc = (call);                                               \
+    if (ht_cuda_rc != cudaSuccess) {                                                     \
+      throw ::hpctrain::CommError(std::string(#call) + " failed: " +                     \
+                                  cudaGetErrorString(ht_cuda_rc) + " (" +                \
+                                  ::hpctrain::source_location(__FILE__, __LINE__) + " " + \
+                                  ::hpctrain::log::where() + ")");                       \
+    }                                                                                    \
+  } while (0)
+
+#define HT_NCCL_CHECK(call)                                                              \
+  do {                                                                                   \
+    const ncclResult_t ht_nccl_rc = (call);                                              \
+    if (ht_nccl_rc != ncclSuccess) {                                                     \
+      throw ::hpctrain::CommError(std::string(#call) + " failed: " +                     \
+                                  ncclGetErrorString(ht_nccl_rc) + " (" +                \
+                                  ::hpctrain::source_location(__FILE__, __LINE__) + " " + \
+                                  ::hpctrain::log::where() + ")");                       \
+    }                                                                                    \
+  } while (0)
+
+namespace hpctrain::comm {
+
+struct NcclCommunicator::State {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;  // NCCL's own stream, ordered after compute by events
+  int device = 0;
+  double timeout_s = 300;
+  bool aborted = false;
+
+  // Note [NCCL errors]: a failed or stuck NCCL communicator must be aborted before the error is
+  // reported, or other ranks (and this rank's exit) hang inside NCCL.
+  [[noreturn]] void abort_and_throw(const std::string& what) {
+    if (!aborted && comm != nullptr) ncclCommAbort(comm);
+    aborted = true;
+    comm = nullptr;
+    throw CommError(what + " " + log::where());
+  }
+};
+
+namespace {
+
+ncclDataType_t nccl_type(const at::Tensor& tensor) {
+  switch (tensor.scalar_type()) {
+    case at::kFloat: return ncclFloat32;
+    case at::kDouble: return ncclFloat64;
+    case at::kHalf: return ncclFloat16;
+    case at::kBFloat16: return ncclBfloat16;
+    case at::kLong: return ncclInt64;
+    case at::kInt: return ncclInt32;
+    case at::kByte: return ncclUint8;
+    default:
+      throw CommError(std::string("NCCL collectives do not support dtype ") +
+                      c10::toString(tensor.scalar_type()));
+  }
+}
+
+// Completion is an event recorded on the NCCL stream after the collective. wait() makes the
+// compute (legacy default) stream wait for it and polls on the host for errors and the timeout.
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<NcclCommunicator::State> state, cudaEvent_t done, std::string what)
+      : state_(std::move(state)), done_(done), what_(std::move(what)) {}
+  ~NcclWork() override { cudaEventDestroy(done_); }
+
+  bool is_completed() override { return cudaEventQuery(done_) == cudaSuccess; }
+
+  void wait() override {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration<double>(state_->timeout_s);
+    while (true) {
+      const cudaError_t rc = cudaEventQuery(done_);
+      if (rc == cudaSuccess) break;
+      if (rc != cudaErrorNotReady) {
+        state_->abort_and_throw(what_ + ": " + cudaGetErrorString(rc));
+      }
+      ncclResult_t async = ncclSuccess;
+      if (state_->comm != nullptr) ncclCommGetAsyncError(state_->comm, &async);
+      if (async != ncclSuccess) {
+        state_->abort_and_throw(what_ + ": " + ncclGetErrorString(async));
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        state_->abort_and_throw(what_ + " did not complete within dist.timeout_s=" +
+                                std::to_string(state_->timeout_s) + " s");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    HT_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, done_, 0));
+  }
+
+ private:
+  std::shared_ptr<NcclCommunicator::State> state_;
+  cudaEvent_t done_;
+  std::string what_;
+};
+
+void check_tensor(const at::Tensor& tensor, const char* op) {
+  if (!tensor.is_cuda() || !tensor.is_contiguous()) {
+    throw CommError(std::string("NCCL ") + op + " needs a contiguous CUDA tensor, got " +
+                    tensor.device().str());
+  }
+}
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(Bootstrap& bootstrap, int device, double timeout_s)
+    : state_(std::make_shared<State>()), rank_(bootstrap.world_rank()),
+      size_(bootstrap.world_size()) {
+  state_->device = device;
+  state_->timeout_s = timeout_s;
+  HT_CUDA_CHECK(cudaSetDevice(device));
+  ncclUniqueId id;
+  std::vector<std::uint8_t> bytes(sizeof(id));
+  if (rank_ == 0) {
+    HT_NCCL_CHECK(ncclGetUniqueId(&id));
+    std::memcpy(bytes.data(), &id, sizeof(id));
+  }
+  bootstrap.broadcast_bytes(bytes, 0);
+  std::memcpy(&id, bytes.data(), sizeof(id));
+  HT_NCCL_CHECK(ncclCommInitRank(&state_->comm, size_, id, rank_));
+  HT_CUDA_CHECK(cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking));
+  bootstrap.barrier();
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (state_->comm != nullptr) ncclCommDestroy(state_->comm);
+  if (state_->stream != nullptr) cudaStreamDestroy(state_->stream);
+}
+
+namespace {
+
+// Orders the NCCL stream after everything queued so far on the compute stream.
+void order_after_compute(cudaStream_t stream) {
+  cudaEvent_t ready = nullptr;
+  HT_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+  HT_CUDA_CHECK(cudaEventRecord(ready, cudaStreamLegacy));
+  HT_CUDA_CHECK(cudaStreamWaitEvent(stream, ready, 0));
+  HT_CUDA_CHECK(cudaEventDestroy(ready));
+}
+
+cudaEvent_t record_done(cudaStream_t stream) {
+  cudaEvent_t done = nullptr;
+  HT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  HT_CUDA_CHECK(cudaEventRecord(done, stream));
+  return done;
+}
+
+}  // namespace
+
+std::unique_ptr<Work> NcclCommunicator::allreduce(at::Tensor& tensor, ReduceOp op) {
+  check_tensor(tensor, "allreduce");
+  if (state_->comm == nullptr) throw CommError("NCCL communicator was aborted after an error");
+  order_after_compute(state_->stream);
+  const ncclRedOp_t nccl_op = op == ReduceOp::kAvg ? ncclAvg : ncclSum;
+  HT_NCCL_CHECK(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(),
+                              static_cast<size_t>(tensor.numel()), nccl_type(tensor), nccl_op,
+                              state_->comm, state_->stream));
+  return std::make_unique<NcclWork>(state_, record_done(state_->stream),
+                                    "NCCL allreduce of " + std::to_string(tensor.numel()) + " elements");
+}
+
+std::unique_ptr<Work> NcclCommunicator::broadcast(at::Tensor& tensor, int root) {
+  check_tensor(tensor, "broadcast");
+  if (state_->comm == nullptr) throw CommError("NCCL communicator was aborted after an error");
+  order_after_compute(state_->stream);
+  HT_NCCL_CHECK(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(),
+                              static_cast<size_t>(tensor.numel()), nccl_type(tensor), root,
+                              state_->comm, state_->stream));
+  return std::make_unique<NcclWork>(state_, record_done(state_->stream),
+                                    "NCCL broadcast from rank " + std::to_string(root));
+}
+
+void NcclCommunicator::barrier() {
+  // An allreduce of one value is NCCL's barrier; it also surfaces asynchronous errors.
+  void* scratch = nullptr;
+  HT_CUDA_CHECK(cudaMalloc(&scratch, sizeof(float)));
+  HT_NCCL_CHECK(ncclAllReduce(scratch, scratch, 1, ncclFloat32, ncclSum, state_->comm, state_->stream));
+  NcclWork(state_, record_done(state_->stream), "NCCL barrier").wait();
+  HT_CUDA_CHECK(cudaStreamSynchronize(state_->stream));
+  cudaFree(scratch);
+}
+
+}  // namespace hpctrain::comm

@@ -1,0 +1,256 @@
+#include "hpctrain/config/option_table.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "hpctrain/core/error.h"
+
+namespace hpctrain::config {
+namespace {
+
+// --- text <-> typed values -----------------------------------------------------------------
+
+std::int64_t parse_int(const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE) {
+    throw ConfigError("'" + text + "' is not an integer");
+  }
+  return value;
+}
+
+double parse_float(const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(value)) {
+    throw ConfigError("'" + text + "' is not a finite number");
+  }
+  return value;
+}
+
+bool parse_bool(const std::string& text) {
+  if (text == "true" || text == "1" || text == "yes" || text == "on") return true;
+  if (text == "false" || text == "0" || text == "no" || text == "off") return false;
+  throw ConfigError("'" + text + "' is not a boolean (true|false)");
+}
+
+std::string render_float(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+template <typename T>
+constexpr OptionType option_type() {
+  if constexpr (std::is_same_v<T, std::int64_t>) return OptionType::kInt;
+  if constexpr (std::is_same_v<T, double>) return OptionType::kFloat;
+  if constexpr (std::is_same_v<T, bool>) return OptionType::kBool;
+  return OptionType::kString;
+}
+
+// --- checks: each returns an error text, or "" when the value is allowed -----------------------
+
+template <typename T>
+using Check = std::function<std::string(const T&)>;
+
+template <typename T>
+struct Rule {
+  std::string allowed;
+  Check<T> check;
+};
+
+template <typename T>
+Rule<T> at_least(T low) {
+  std::ostringstream text;
+  text << ">= " << low;
+  return {text.str(), [low, t = text.str()](const T& v) { return v >= low ? "" : "must be " + t; }};
+}
+
+Rule<double> positive() {
+  return {"> 0", [](const double& v) { return v > 0 ? "" : std::string("must be > 0"); }};
+}
+
+Rule<double> in_unit_interval() {
+  return {"[0, 1)", [](const double& v) {
+            return v >= 0 && v < 1 ? "" : std::string("must be in [0, 1)");
+          }};
+}
+
+Rule<std::string> one_of(std::vector<std::string> choices) {
+  std::string joined;
+  for (const auto& c : choices) joined += (joined.empty() ? "" : "|") + c;
+  return {joined, [choices, joined](const std::string& v) {
+            for (const auto& c : choices) {
+              if (v == c) return std::string();
+            }
+            return "must be one of " + joined;
+          }};
+}
+
+Rule<std::string> not_empty() {
+  return {"non-empty", [](const std::string& v) {
+            return v.empty() ? std::string("must not be empty") : std::string();
+          }};
+}
+
+Rule<std::string> int_list() {
+  return {"comma-separated integers >= 1", [](const std::string& v) {
+            std::stringstream in(v);
+            std::string item;
+            int count = 0;
+            while (std::getline(in, item, ',')) {
+              char* end = nullptr;
+              const long n = std::strtol(item.c_str(), &end, 10);
+              if (item.empty() || *end != '\0' || n < 1) {
+                return std::string("must be comma-separated integers >= 1");
+              }
+              ++count;
+            }
+            return count > 0 ? std::string() : std::string("must list at least one width");
+          }};
+}
+
+template <typename T>
+T parse_as(const std::string& text) {
+  if constexpr (std::is_same_v<T, std::int64_t>) return parse_int(text);
+  if constexpr (std::is_same_v<T, double>) return parse_float(text);
+  if constexpr (std::is_same_v<T, bool>) return parse_bool(text);
+  if constexpr (std::is_same_v<T, std::string>) return text;
+}
+
+template <typename T>
+std::string render_as(const T& value) {
+  if constexpr (std::is_same_v<T, std::int64_t>) return std::to_string(value);
+  if constexpr (std::is_same_v<T, double>) return render_float(value);
+  if constexpr (std::is_same_v<T, bool>) return value ? "true" : "false";
+  if constexpr (std::is_same_v<T, std::string>) return value;
+}
+
+// One row: binds "section.key" to Config::*section .*field with its type, default, help and rule.
+template <typename Section, typename T>
+Option row(const char* name, Section Config::*section, T Section::*field,
+           std::optional<std::string> default_text, const char* help, Rule<T> rule = {}) {
+  Option option;
+  option.name = name;
+  option.type = option_type<T>();
+  option.default_text = std::move(default_text);
+  option.help = help;
+  option.allowed = rule.allowed;
+  option.assign = [section, field, check = rule.check](Config& c, const std::string& text) {
+    T value = parse_as<T>(text);
+    if (check) {
+      const std::string problem = check(value);
+      if (!problem.empty()) throw ConfigError("'" + text + "' " + problem);
+    }
+    (c.*section).*field = std::move(value);
+  };
+  option.render = [section, field](const Config& c) { return render_as<T>((c.*section).*field); };
+  return option;
+}
+
+std::vector<Option> build_table() {
+  using C = Config;
+  using I = std::int64_t;
+  return {
+      row("run.dir", &C::run, &RunConfig::dir, "runs/default",
+          "Run directory: resolved config, per-rank logs, metrics.jsonl and checkpoints/ go here.",
+          not_empty()),
+
+      row("data.path", &C::data, &DataConfig::path, std::nullopt,
+          "Dataset directory written by `hpctrain prepare` (holds manifest.json).", not_empty()),
+      row("data.train_split", &C::data, &DataConfig::train_split, "train",
+          "Split of the dataset to train on.", not_empty()),
+      row("data.eval_split", &C::data, &DataConfig::eval_split, "test",
+          "Split evaluated at the end of every epoch; empty disables evaluation."),
+
+      row("model.name", &C::model, &ModelConfig::name, "fashion_cnn",
+          "Model to train, from the built-in registry.", one_of({"fashion_cnn", "mlp"})),
+      row("model.mlp_hidden", &C::model, &ModelConfig::mlp_hidden, "512,256",
+          "Hidden layer widths of the mlp model.", int_list()),
+      row("model.dropout", &C::model, &ModelConfig::dropout, "0.25",
+          "Dropout probability after the hidden layers (fashion_cnn: after Linear(3136->128)).",
+          in_unit_interval()),
+
+      row("optim.name", &C::optim, &OptimConfig::name, "adamw", "Optimizer.",
+          one_of({"adamw", "sgd"})),
+      row("optim.lr", &C::optim, &OptimConfig::lr, "0.002", "Learning rate.", positive()),
+      row("optim.weight_decay", &C::optim, &OptimConfig::weight_decay, "0.0001",
+          "Weight decay (decoupled for adamw, L2 for sgd).", at_least(0.0)),
+      row("optim.momentum", &C::optim, &OptimConfig::momentum, "0.9", "Momentum of sgd.",
+          in_unit_interval()),
+      row("optim.beta1", &C::optim, &OptimConfig::beta1, "0.9", "First-moment decay of adamw.",
+          in_unit_interval()),
+      row("optim.beta2", &C::optim, &OptimConfig::beta2, "0.999", "Second-moment decay of adamw.",
+          in_unit_interval()),
+      row("optim.eps", &C::optim, &OptimConfig::eps, "1e-08", "Denominator epsilon of adamw.",
+          positive()),
+
+      row("train.epochs", &C::train, &TrainConfig::epochs, "1", "Passes over the training split.",
+          at_least<I>(1)),
+      row("train.max_steps", &C::train, &TrainConfig::max_steps, "0",
+          "Stop after this many optimizer steps in total; 0 means no limit.", at_least<I>(0)),
+      row("train.batch_size", &C::train, &TrainConfig::batch_size, "64",
+          "Samples per rank per step (global batch = world size x batch_size).", at_least<I>(1)),
+      row("train.eval_batch_size", &C::train, &TrainConfig::eval_batch_size, "512",
+          "Samples per rank per evaluation batch.", at_least<I>(1)),
+      row("train.seed", &C::train, &TrainConfig::seed, "42",
+          "Seed of initialization, shuffling and dropout (the same on every rank).",
+          at_least<I>(0)),
+      row("train.threads", &C::train, &TrainConfig::threads, "0",
+          "Intra-op threads per rank; 0 uses the cores this rank is bound to.", at_least<I>(0)),
+      row("train.shuffle", &C::train, &TrainConfig::shuffle, "true",
+          "Shuffle the training split every epoch (one global permutation shared by all ranks)."),
+
+      row("dist.backend", &C::dist, &DistConfig::backend, "auto",
+          "Gradient communication: auto picks nccl for CUDA tensors when built with NCCL, else mpi.",
+          one_of({"auto", "mpi", "nccl"})),
+
+      row("ckpt.save_final", &C::ckpt, &CkptConfig::save_final, "true",
+          "Write checkpoints/ckpt-<step>.h5 with the model when training ends."),
+
+      row("log.every_steps", &C::log, &LogConfig::every_steps, "50",
+          "Progress line and metrics.jsonl record every this many steps.", at_least<I>(1)),
+      row("log.level", &C::log, &LogConfig::level, "info", "Console and file log level.",
+          one_of({"trace", "debug", "info", "warn", "error"})),
+      row("log.all_ranks", &C::log, &LogConfig::all_ranks, "false",
+          "Print INFO lines of every rank to the console, not only rank 0's."),
+  };
+}
+
+}  // namespace
+
+const char* type_name(OptionType type) {
+  switch (type) {
+    case OptionType::kInt: return "int";
+    case OptionType::kFloat: return "float";
+    case OptionType::kString: return "string";
+    case OptionType::kBool: return "bool";
+  }
+  return "?";
+}
+
+const std::vector<Option>& option_table() {
+  static const std::vector<Option> table = build_table();
+  return table;
+}
+
+const Option* find_option(const std::string& name) {
+  for (const auto& option : option_table()) {
+    if (option.name == name) return &option;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> sections() {
+  std::vector<std::string> out;
+  for (const auto& option : option_table()) {
+    if (out.empty() || out.back() != option.section()) out.push_back(option.section());
+  }
+  return out;
+}
+
+}  // namespace hpctrain::config

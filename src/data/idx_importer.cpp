@@ -1,0 +1,177 @@
+// MNIST-family IDX files (train-images-idx3-ubyte[.gz], ...) to an hpctrain dataset.
+#include <unistd.h>
+#include <zlib.h>
+
+#include <array>
+#include <filesystem>
+
+#include "hpctrain/core/error.h"
+#include "hpctrain/core/log.h"
+#include "hpctrain/core/system.h"
+#include "hpctrain/data/importers.h"
+#include "hpctrain/data/manifest.h"
+#include "hpctrain/io/h5_file.h"
+
+namespace hpctrain::data {
+namespace fs = std::filesystem;
+namespace {
+
+struct IdxFamily {
+  const char* name;
+  double mean;  // of the training images scaled to [0, 1]
+  double std;
+};
+
+constexpr std::array<IdxFamily, 2> kFamilies{{
+    {"fashion-mnist", 0.2860, 0.3530},
+    {"mnist", 0.1307, 0.3081},
+}};
+
+constexpr std::int64_t kChunkBytes = 1 << 20;  // chunks of about 1 MiB
+
+// The file `stem`, gzipped or not, under `dir`.
+std::string find_idx(const std::string& dir, const std::string& stem) {
+  for (const std::string& candidate : {stem + ".gz", stem}) {
+    const fs::path path = fs::path(dir) / candidate;
+    if (fs::is_regular_file(path)) return path.string();
+  }
+  throw DataError("'" + dir + "' has no " + stem + "[.gz] (point --source at the directory "
+                  "holding the IDX files)");
+}
+
+std::vector<std::uint8_t> read_gz(const std::string& path) {
+  gzFile file = gzopen(path.c_str(), "rb");  // reads plain files too
+  if (file == nullptr) throw DataError("cannot open " + path);
+  std::vector<std::uint8_t> bytes;
+  std::array<std::uint8_t, 1 << 16> buffer{};
+  int n = 0;
+  while ((n = gzread(file, buffer.data(), static_cast<unsigned>(buffer.size()))) > 0) {
+    bytes.insert(bytes.end(), buffer.begin(), buffer.begin() + n);
+  }
+  const bool failed = n < 0;
+  gzclose(file);
+  if (failed) throw DataError(path + ": corrupt gzip stream");
+  return bytes;
+}
+
+std::uint32_t big_endian(const std::vector<std::uint8_t>& bytes, size_t offset) {
+  return (std::uint32_t{bytes[offset]} << 24) | (std::uint32_t{bytes[offset + 1]} << 16) |
+         (std::uint32_t{bytes[offset + 2]} << 8) | std::uint32_t{bytes[offset + 3]};
+}
+
+struct IdxArray {
+  std::vector<std::int64_t> dims;
+  std::vector<std::uint8_t> data;
+};
+
+// An IDX file of unsigned bytes: magic 0x0000 08 <ndim>, ndim big-endian sizes, then the data.
+IdxArray read_idx(const std::string& path, std::uint32_t expected_ndim) {
+  std::vector<std::uint8_t> bytes = read_gz(path);
+  const size_t header = 4 + 4 * expected_ndim;
+  if (bytes.size() < header || big_endian(bytes, 0) != (0x0800u | expected_ndim)) {
+    throw DataError(path + ": not an IDX file of uint8 with " + std::to_string(expected_ndim) +
+                    " dimensions");
+  }
+  IdxArray out;
+  std::int64_t count = 1;
+  for (std::uint32_t d = 0; d < expected_ndim; ++d) {
+    out.dims.push_back(big_endian(bytes, 4 + 4 * d));
+    count *= out.dims.back();
+  }
+  if (bytes.size() != header + static_cast<size_t>(count)) {
+    throw DataError(path + ": truncated or oversized (expected " + std::to_string(header + count) +
+                    " bytes, found " + std::to_string(bytes.size()) + ")");
+  }
+  out.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
+  return out;
+}
+
+// Reads one split's images and labels and writes them as <split>.h5; returns the sample count.
+std::int64_t import_split(const std::string& source, const std::string& prefix,
+                          const std::string& split, const std::string& dir,
+                          const ImportOptions& options) {
+  IdxArray images = read_idx(find_idx(source, prefix + "-images-idx3-ubyte"), 3);
+  IdxArray labels = read_idx(find_idx(source, prefix + "-labels-idx1-ubyte"), 1);
+  if (images.dims[0] != labels.dims[0]) {
+    throw DataError(source + ": " + prefix + " has " + std::to_string(images.dims[0]) +
+                    " images but " + std::to_string(labels.dims[0]) + " labels");
+  }
+  std::int64_t n = images.dims[0];
+  if (options.limit > 0) n = std::min(n, options.limit);
+  const std::int64_t rows = images.dims[1];
+  const std::int64_t cols = images.dims[2];
+  std::vector<std::int64_t> label64(labels.data.begin(), labels.data.begin() + n);
+
+  const std::string file = split + ".h5";
+  io::H5File h5 = io::H5File::create((fs::path(dir) / file).string(), ExitCode::kData);
+  io::WriteOptions write;
+  write.deflate_level = options.deflate_level;
+  write.chunk_rows = std::max<std::int64_t>(1, kChunkBytes / (rows * cols));
+  h5.write("image", io::DType::kUInt8, {n, 1, rows, cols}, images.data.data(), write);
+  write.chunk_rows = kChunkBytes / static_cast<std::int64_t>(sizeof(std::int64_t));
+  h5.write("label", io::DType::kInt64, {n}, label64.data(), write);
+  h5.close();
+  log::info("  {:<5} {:>6} samples -> {}", split, n, file);
+  return n;
+}
+
+}  // namespace
+
+std::vector<std::string> importer_names() {
+  std::vector<std::string> names;
+  for (const auto& family : kFamilies) names.emplace_back(family.name);
+  return names;
+}
+
+void import_dataset(const std::string& format, const ImportOptions& options) {
+  const IdxFamily* family = nullptr;
+  for (const auto& f : kFamilies) {
+    if (format == f.name) family = &f;
+  }
+  if (family == nullptr) {
+    std::string known;
+    for (const auto& name : importer_names()) known += (known.empty() ? "" : "|") + name;
+    throw ConfigError("prepare: unknown dataset format '" + format + "' (allowed: " + known + ")");
+  }
+  if (options.out.empty()) throw ConfigError("prepare: --out DIR is required");
+  if (options.deflate_level < 0 || options.deflate_level > 9) {
+    throw ConfigError("prepare: --deflate must be 0..9");
+  }
+  const fs::path out = fs::absolute(options.out).lexically_normal();
+  if (fs::exists(out) && !options.overwrite) {
+    throw ConfigError("prepare: '" + options.out + "' already exists; pass --overwrite to replace it");
+  }
+  if (!fs::is_directory(options.source)) {
+    throw DataError("prepare: source '" + options.source + "' is not a directory");
+  }
+  fs::create_directories(out.parent_path());
+  const fs::path temp = out.parent_path() / (out.filename().string() + ".tmp-" + std::to_string(getpid()));
+  fs::remove_all(temp);
+  fs::create_directories(temp);
+  try {
+    Manifest manifest;
+    manifest.name = family->name;
+    manifest.num_classes = 10;
+    manifest.input_mean = family->mean;
+    manifest.input_std = family->std;
+    manifest.fields = {{"image", io::DType::kUInt8, {1, 28, 28}}, {"label", io::DType::kInt64, {}}};
+    log::info("importing {} from {}", family->name, options.source);
+    const std::int64_t train = import_split(options.source, "train", "train", temp.string(), options);
+    const std::int64_t test = import_split(options.source, "t10k", "test", temp.string(), options);
+    manifest.splits["train"] = SplitSpec{{{"train.h5", train}}};
+    manifest.splits["test"] = SplitSpec{{{"test.h5", test}}};
+    manifest.save(temp.string());
+    // Replace an old dataset only now that the new one is complete.
+    const fs::path old = out.parent_path() / (out.filename().string() + ".old-" + std::to_string(getpid()));
+    if (fs::exists(out)) fs::rename(out, old);
+    sys::publish_atomically(temp.string(), out.string());
+    fs::remove_all(old);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(temp, ignored);
+    throw;
+  }
+  log::info("wrote {}", out.string());
+}
+
+}  // namespace hpctrain::data

@@ -1,0 +1,327 @@
+#include "hpctrain/io/h5_file.h"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <filesystem>
+
+namespace hpctrain::io {
+namespace {
+
+// HDF5 prints its error stack to stderr by default; we turn it off and report the innermost
+// message in our own one-line error instead.
+void silence_hdf5() {
+  static const bool done = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)done;
+}
+
+std::string hdf5_message() {
+  std::string message;
+  auto walk = [](unsigned n, const H5E_error2_t* err, void* data) -> herr_t {
+    auto* out = static_cast<std::string*>(data);
+    if (n == 0 && err->desc != nullptr) *out = err->desc;
+    return 0;
+  };
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk, &message);
+  H5Eclear2(H5E_DEFAULT);
+  return message.empty() ? "HDF5 call failed" : message;
+}
+
+hid_t native_type(DType dtype) {
+  switch (dtype) {
+    case DType::kUInt8: return H5T_NATIVE_UINT8;
+    case DType::kInt32: return H5T_NATIVE_INT32;
+    case DType::kInt64: return H5T_NATIVE_INT64;
+    case DType::kFloat32: return H5T_NATIVE_FLOAT;
+    case DType::kFloat64: return H5T_NATIVE_DOUBLE;
+  }
+  return H5T_NATIVE_UINT8;
+}
+
+// Closes an HDF5 handle of any kind at scope exit.
+class Handle {
+ public:
+  explicit Handle(hid_t id = -1) : id_(id) {}
+  ~Handle() {
+    if (id_ >= 0) H5Idec_ref(id_);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+};
+
+std::vector<hsize_t> to_hsize(const std::vector<std::int64_t>& shape) {
+  return std::vector<hsize_t>(shape.begin(), shape.end());
+}
+
+}  // namespace
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kUInt8: return "uint8";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kUInt8: return 1;
+    case DType::kInt32: return 4;
+    case DType::kInt64: return 8;
+    case DType::kFloat32: return 4;
+    case DType::kFloat64: return 8;
+  }
+  return 1;
+}
+
+DType dtype_from_name(const std::string& name, ExitCode code) {
+  for (DType d : {DType::kUInt8, DType::kInt32, DType::kInt64, DType::kFloat32, DType::kFloat64}) {
+    if (name == dtype_name(d)) return d;
+  }
+  throw Error("unknown dtype '" + name + "' (allowed: uint8|int32|int64|float32|float64)", code);
+}
+
+H5File::H5File(std::int64_t id, std::string path, ExitCode code)
+    : id_(id), path_(std::move(path)), code_(code) {}
+
+H5File::H5File(H5File&& other) noexcept
+    : id_(other.id_), path_(std::move(other.path_)), code_(other.code_) {
+  other.id_ = -1;
+}
+
+H5File& H5File::operator=(H5File&& other) noexcept {
+  if (this != &other) {
+    if (id_ >= 0) H5Fclose(id_);
+    id_ = other.id_;
+    path_ = std::move(other.path_);
+    code_ = other.code_;
+    other.id_ = -1;
+  }
+  return *this;
+}
+
+H5File::~H5File() {
+  if (id_ >= 0) H5Fclose(id_);
+}
+
+void H5File::fail(const std::string& what) const {
+  throw Error(path_ + ": " + what + ": " + hdf5_message(), code_);
+}
+
+H5File H5File::create(const std::string& path, ExitCode code) {
+  silence_hdf5();
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (id < 0) throw Error(path + ": cannot create HDF5 file: " + hdf5_message(), code);
+  return H5File(id, path, code);
+}
+
+H5File H5File::open_read(const std::string& path, ExitCode code) {
+  silence_hdf5();
+  if (!std::filesystem::is_regular_file(path)) throw Error(path + ": no such file", code);
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    throw Error(path + ": not an HDF5 file (or truncated)", code);
+  }
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (id < 0) throw Error(path + ": cannot open HDF5 file: " + hdf5_message(), code);
+  return H5File(id, path, code);
+}
+
+void H5File::write(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape,
+                   const void* data, const WriteOptions& options) {
+  const auto dims = to_hsize(shape);
+  Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  if (!space.ok()) fail("cannot describe dataset " + name);
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  if (options.chunk_rows > 0 && !shape.empty() && shape[0] > 0) {
+    std::vector<hsize_t> chunk = dims;
+    chunk[0] = std::min<hsize_t>(dims[0], static_cast<hsize_t>(options.chunk_rows));
+    H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+    if (options.fletcher32) H5Pset_fletcher32(dcpl.get());
+    if (options.deflate_level > 0) H5Pset_deflate(dcpl.get(), static_cast<unsigned>(options.deflate_level));
+  }
+  Handle set(H5Dcreate2(id_, name.c_str(), native_type(dtype), space.get(), lcpl.get(), dcpl.get(),
+                        H5P_DEFAULT));
+  if (!set.ok()) fail("cannot create dataset " + name);
+  if (H5Dwrite(set.get(), native_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
+    fail("cannot write dataset " + name);
+  }
+}
+
+bool H5File::exists(const std::string& name) const {
+  // H5Lexists needs every parent to exist; check each prefix.
+  size_t pos = 0;
+  while ((pos = name.find('/', pos + 1)) != std::string::npos) {
+    if (H5Lexists(id_, name.substr(0, pos).c_str(), H5P_DEFAULT) <= 0) return false;
+  }
+  return H5Lexists(id_, name.c_str(), H5P_DEFAULT) > 0;
+}
+
+DatasetInfo H5File::info(const std::string& name) const {
+  if (!exists(name)) throw Error(path_ + ": dataset '" + name + "' is missing", code_);
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT));
+  if (!set.ok()) fail("cannot open dataset " + name);
+  Handle type(H5Dget_type(set.get()));
+  Handle space(H5Dget_space(set.get()));
+  DatasetInfo out{};
+  const H5T_class_t cls = H5Tget_class(type.get());
+  const size_t size = H5Tget_size(type.get());
+  const bool is_signed = cls == H5T_INTEGER && H5Tget_sign(type.get()) == H5T_SGN_2;
+  if (cls == H5T_INTEGER && size == 1 && !is_signed) {
+    out.dtype = DType::kUInt8;
+  } else if (cls == H5T_INTEGER && size == 4 && is_signed) {
+    out.dtype = DType::kInt32;
+  } else if (cls == H5T_INTEGER && size == 8 && is_signed) {
+    out.dtype = DType::kInt64;
+  } else if (cls == H5T_FLOAT && size == 4) {
+    out.dtype = DType::kFloat32;
+  } else if (cls == H5T_FLOAT && size == 8) {
+    out.dtype = DType::kFloat64;
+  } else {
+    throw Error(path_ + ": dataset '" + name + "' has an unsupported element type", code_);
+  }
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) fail("cannot read the shape of " + name);
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  out.shape.assign(dims.begin(), dims.end());
+  return out;
+}
+
+void H5File::read(const std::string& name, DType dtype, void* out) const {
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT));
+  if (!set.ok()) fail("cannot open dataset " + name);
+  if (H5Dread(set.get(), native_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) {
+    fail("cannot read dataset " + name + " (corrupted or truncated?)");
+  }
+}
+
+void H5File::read_rows(const std::string& name, DType dtype, std::int64_t first,
+                       std::int64_t count, void* out) const {
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT));
+  if (!set.ok()) fail("cannot open dataset " + name);
+  Handle file_space(H5Dget_space(set.get()));
+  const int rank = H5Sget_simple_extent_ndims(file_space.get());
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  H5Sget_simple_extent_dims(file_space.get(), dims.data(), nullptr);
+  if (rank < 1 || first < 0 || count < 0 || static_cast<hsize_t>(first + count) > dims[0]) {
+    throw Error(path_ + ": rows [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                    ") are outside dataset '" + name + "'",
+                code_);
+  }
+  std::vector<hsize_t> start(dims.size(), 0);
+  std::vector<hsize_t> extent = dims;
+  start[0] = static_cast<hsize_t>(first);
+  extent[0] = static_cast<hsize_t>(count);
+  H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, extent.data(), nullptr);
+  Handle memory_space(H5Screate_simple(rank, extent.data(), nullptr));
+  if (H5Dread(set.get(), native_type(dtype), memory_space.get(), file_space.get(), H5P_DEFAULT,
+              out) < 0) {
+    fail("cannot read rows of " + name + " (corrupted or truncated?)");
+  }
+}
+
+std::vector<std::string> H5File::list_datasets(const std::string& group) const {
+  // H5Lvisit + H5Oopen/H5Iget_type, unlike H5Ovisit, has one signature across HDF5 1.10-1.14.
+  struct Visit {
+    hid_t group;
+    std::vector<std::string> names;
+  };
+  // Generic in the info type: H5L_info_t in 1.10, H5L_info2_t from 1.12.
+  auto callback = [](hid_t, const char* name, const auto*, void* data) -> herr_t {
+    auto* visit = static_cast<Visit*>(data);
+    Handle object(H5Oopen(visit->group, name, H5P_DEFAULT));
+    if (object.ok() && H5Iget_type(object.get()) == H5I_DATASET) visit->names.emplace_back(name);
+    return 0;
+  };
+  if (!exists(group)) return {};
+  Handle g(H5Gopen2(id_, group.c_str(), H5P_DEFAULT));
+  if (!g.ok()) fail("cannot open group " + group);
+  Visit visit{g.get(), {}};
+  if (H5Lvisit(g.get(), H5_INDEX_NAME, H5_ITER_INC, callback, &visit) < 0) {
+    fail("cannot list group " + group);
+  }
+  return visit.names;
+}
+
+void H5File::set_attr(const std::string& name, const std::string& value) {
+  Handle type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), std::max<size_t>(1, value.size()));
+  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
+  Handle space(H5Screate(H5S_SCALAR));
+  Handle attr(H5Acreate2(id_, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!attr.ok() || H5Awrite(attr.get(), type.get(), value.data()) < 0) {
+    fail("cannot write attribute " + name);
+  }
+}
+
+void H5File::set_attr(const std::string& name, std::int64_t value) {
+  Handle space(H5Screate(H5S_SCALAR));
+  Handle attr(H5Acreate2(id_, name.c_str(), H5T_NATIVE_INT64, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!attr.ok() || H5Awrite(attr.get(), H5T_NATIVE_INT64, &value) < 0) {
+    fail("cannot write attribute " + name);
+  }
+}
+
+bool H5File::has_attr(const std::string& name) const {
+  return H5Aexists(id_, name.c_str()) > 0;
+}
+
+std::string H5File::attr_string(const std::string& name) const {
+  if (!has_attr(name)) throw Error(path_ + ": attribute '" + name + "' is missing", code_);
+  Handle attr(H5Aopen(id_, name.c_str(), H5P_DEFAULT));
+  Handle type(H5Aget_type(attr.get()));
+  if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) > 0) {
+    throw Error(path_ + ": attribute '" + name + "' is not a fixed-length string", code_);
+  }
+  std::string value(H5Tget_size(type.get()), '\0');
+  if (H5Aread(attr.get(), type.get(), value.data()) < 0) fail("cannot read attribute " + name);
+  value.erase(std::find(value.begin(), value.end(), '\0'), value.end());
+  return value;
+}
+
+std::int64_t H5File::attr_int(const std::string& name) const {
+  if (!has_attr(name)) throw Error(path_ + ": attribute '" + name + "' is missing", code_);
+  Handle attr(H5Aopen(id_, name.c_str(), H5P_DEFAULT));
+  std::int64_t value = 0;
+  if (H5Aread(attr.get(), H5T_NATIVE_INT64, &value) < 0) fail("cannot read attribute " + name);
+  return value;
+}
+
+void H5File::close() {
+  if (id_ < 0) return;
+  const hid_t id = id_;
+  id_ = -1;
+  if (H5Fflush(id, H5F_SCOPE_GLOBAL) < 0 || H5Fclose(id) < 0) {
+    throw Error(path_ + ": cannot close HDF5 file: " + hdf5_message(), code_);
+  }
+}
+
+std::string hdf5_version() {
+  unsigned major = 0, minor = 0, release = 0;
+  H5get_libversion(&major, &minor, &release);
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+}
+
+bool hdf5_is_parallel() {
+#ifdef H5_HAVE_PARALLEL
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace hpctrain::io

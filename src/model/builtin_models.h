@@ -1,0 +1,13 @@
+// Factories of the built-in models, one .cpp each; registry.cpp lists them. Private to src/model.
+#pragma once
+
+#include <memory>
+
+#include "hpctrain/model/model.h"
+
+namespace hpctrain::model {
+
+std::shared_ptr<Model> make_fashion_cnn(const config::ModelConfig& config, const ModelSpec& spec);
+std::shared_ptr<Model> make_mlp(const config::ModelConfig& config, const ModelSpec& spec);
+
+}  // namespace hpctrain::model

@@ -1,0 +1,55 @@
+// fashion_cnn: two conv blocks and a two-layer head, for 1x28x28 inputs.
+//   Conv(1->32, 3x3, pad 1) + BatchNorm + ReLU + MaxPool 2
+//   Conv(32->64, 3x3, pad 1) + BatchNorm + ReLU + MaxPool 2
+//   flatten (64*7*7 = 3136) -> Linear(3136->128) + ReLU + Dropout(model.dropout) -> Linear(128->C)
+#include <torch/torch.h>
+
+#include "builtin_models.h"
+#include "hpctrain/core/error.h"
+
+namespace hpctrain::model {
+namespace {
+
+namespace nn = torch::nn;
+
+class FashionCnn final : public nn::Module, public Model {
+ public:
+  FashionCnn(double dropout, std::int64_t num_classes)
+      : conv1_(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)))),
+        bn1_(register_module("bn1", nn::BatchNorm2d(32))),
+        conv2_(register_module("conv2", nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)))),
+        bn2_(register_module("bn2", nn::BatchNorm2d(64))),
+        fc1_(register_module("fc1", nn::Linear(64 * 7 * 7, 128))),
+        dropout_(register_module("dropout", nn::Dropout(dropout))),
+        fc2_(register_module("fc2", nn::Linear(128, num_classes))) {}
+
+  at::Tensor forward(const at::Tensor& input) override {
+    at::Tensor x = torch::max_pool2d(torch::relu(bn1_(conv1_(input))), 2);
+    x = torch::max_pool2d(torch::relu(bn2_(conv2_(x))), 2);
+    x = dropout_(torch::relu(fc1_(x.flatten(1))));
+    return fc2_(x);
+  }
+
+  nn::Module& module() override { return *this; }
+
+ private:
+  nn::Conv2d conv1_;
+  nn::BatchNorm2d bn1_;
+  nn::Conv2d conv2_;
+  nn::BatchNorm2d bn2_;
+  nn::Linear fc1_;
+  nn::Dropout dropout_;
+  nn::Linear fc2_;
+};
+
+}  // namespace
+
+std::shared_ptr<Model> make_fashion_cnn(const config::ModelConfig& config, const ModelSpec& spec) {
+  if (spec.input_shape != std::vector<std::int64_t>{1, 28, 28}) {
+    throw ConfigError("model.name=fashion_cnn needs 1x28x28 inputs, but the dataset's samples are " +
+                      c10::str(c10::IntArrayRef(spec.input_shape)) + "; use model.name=mlp");
+  }
+  return std::make_shared<FashionCnn>(config.dropout, spec.num_classes);
+}
+
+}  // namespace hpctrain::model

@@ -1,0 +1,230 @@
+#include "hpctrain/train/trainer.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <ctime>
+
+#include "hpctrain/ckpt/checkpoint.h"
+#include "hpctrain/comm/bootstrap.h"
+#include "hpctrain/comm/communicator.h"
+#include "hpctrain/config/parser.h"
+#include "hpctrain/core/log.h"
+#include "hpctrain/core/system.h"
+#include "hpctrain/core/timer.h"
+#include "hpctrain/core/version.h"
+#include "hpctrain/data/distributed_sampler.h"
+#include "hpctrain/ddp/grad_sync.h"
+#include "hpctrain/model/model.h"
+#include "hpctrain/train/metrics_writer.h"
+#include "hpctrain/train/optimizer.h"
+
+namespace hpctrain::train {
+namespace {
+
+std::vector<at::Tensor> buffers_of(torch::nn::Module& module) {
+  std::vector<at::Tensor> out;
+  for (auto& b : module.buffers()) out.push_back(b);
+  return out;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return text;
+}
+
+}  // namespace
+
+ckpt::NamedTensors model_state(model::Model& model) {
+  ckpt::NamedTensors out;
+  for (auto& p : model.module().named_parameters()) out.emplace_back(p.key(), p.value());
+  for (auto& b : model.module().named_buffers()) out.emplace_back(b.key(), b.value());
+  return out;
+}
+
+int configure_threads(const config::TrainConfig& train) {
+  const int threads = train.threads > 0 ? static_cast<int>(train.threads) : sys::affinity_cores();
+  at::set_num_threads(threads);
+  return threads;
+}
+
+TrainingSetup prepare_training(const config::Config& config, bool need_train_split) {
+  comm::validate_backend(config.dist.backend, /*cuda=*/false);
+  const int threads = configure_threads(config.train);
+  // Same seed everywhere: every rank builds identical initial weights (rank 0's are broadcast
+  // anyway, so a rank with a different libtorch still starts from the same point).
+  torch::manual_seed(static_cast<std::uint64_t>(config.train.seed));
+  std::optional<data::Split> train_split;
+  if (need_train_split) train_split = data::Split::load(config.data.path, config.data.train_split);
+  std::optional<data::Split> eval_split;
+  if (!config.data.eval_split.empty()) {
+    eval_split = data::Split::load(config.data.path, config.data.eval_split);
+  }
+  HT_CHECK(train_split || eval_split, "nothing to load: no train split and no eval split");
+  const data::Split& any = train_split ? *train_split : *eval_split;
+  const model::ModelSpec spec{any.sample_shape(), any.manifest().num_classes};
+  auto net = model::make_model(config.model, spec);
+  return {config, std::move(train_split), std::move(eval_split), net, threads};
+}
+
+struct Trainer::State {
+  TrainingSetup setup;
+  comm::Bootstrap& bootstrap;
+  RunDirectory run_dir;
+  std::unique_ptr<comm::Communicator> comm;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::unique_ptr<ddp::GradSync> grad_sync;
+  std::vector<at::Tensor> buffers;
+  MetricsWriter metrics;
+  std::int64_t step = 0;
+
+  State(TrainingSetup s, comm::Bootstrap& b, RunDirectory dir)
+      : setup(std::move(s)), bootstrap(b), run_dir(std::move(dir)),
+        metrics(run_dir.metrics_path(), b.world_rank() == 0) {}
+
+  const config::Config& config() const { return setup.config; }
+  model::Model& net() { return *setup.model; }
+
+  // Note [Buffers follow rank 0]: BatchNorm running statistics are not gradients; each rank's would
+  // drift with its own batches. As in PyTorch DDP they are overwritten with rank 0's before every
+  // forward, and again before evaluation and checkpoints, so every replica holds the same model.
+  void sync_buffers() {
+    if (!buffers.empty() && comm->size() > 1) ddp::broadcast_tensors(*comm, buffers, 0);
+  }
+
+  bool step_limit_reached() const {
+    return config().train.max_steps > 0 && step >= config().train.max_steps;
+  }
+
+  void train_epoch(std::int64_t epoch, const data::DistributedSampler& sampler);
+  std::optional<EvalResult> evaluate_epoch(std::int64_t epoch);
+  std::string save_checkpoint(std::int64_t epoch);
+};
+
+Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory run_dir)
+    : state_(std::make_unique<State>(std::move(setup), bootstrap, std::move(run_dir))) {
+  State& s = *state_;
+  s.comm = comm::make_communicator(s.config().dist.backend, bootstrap, /*cuda=*/false, 0);
+  torch::nn::Module& module = s.net().module();
+  std::vector<at::Tensor> parameters = module.parameters();
+  s.buffers = buffers_of(module);
+  std::vector<at::Tensor> everything = parameters;
+  everything.insert(everything.end(), s.buffers.begin(), s.buffers.end());
+  ddp::broadcast_tensors(*s.comm, everything, 0);
+  s.grad_sync = std::make_unique<ddp::GradSync>(*s.comm, parameters);
+  s.optimizer = make_optimizer(s.config().optim, parameters);
+  // Dropout masks differ per rank (as separate processes would in PyTorch DDP), reproducibly.
+  torch::manual_seed(static_cast<std::uint64_t>(s.config().train.seed) * 1000003ULL +
+                     static_cast<std::uint64_t>(bootstrap.world_rank()) + 1);
+  std::int64_t count = 0;
+  for (const auto& p : parameters) count += p.numel();
+  log::info("model {}: {} parameters in {} tensors, {} buffers; backend {}, {} rank(s)",
+            s.config().model.name, count, parameters.size(), s.buffers.size(), s.comm->backend(),
+            s.comm->size());
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSampler& sampler) {
+  const config::TrainConfig& train = config().train;
+  const std::vector<std::int64_t> order = sampler.indices(epoch);
+  const auto per_rank = static_cast<std::int64_t>(order.size());
+  const std::int64_t steps_per_epoch = (per_rank + train.batch_size - 1) / train.batch_size;
+  net().module().train();
+
+  Timer interval;
+  double loss_sum = 0.0;
+  std::int64_t interval_steps = 0;
+  std::int64_t interval_samples = 0;
+  for (std::int64_t i = 0; i < steps_per_epoch && !step_limit_reached(); ++i) {
+    const std::int64_t first = i * train.batch_size;
+    const std::vector<std::int64_t> indices(order.begin() + first,
+                                            order.begin() + std::min(per_rank, first + train.batch_size));
+    const data::Batch batch = setup.train_split->gather(indices);
+
+    sync_buffers();
+    optimizer->zero_grad();
+    const at::Tensor loss = torch::nn::functional::cross_entropy(net().forward(batch.input), batch.target);
+    loss.backward();
+    grad_sync->average_gradients();
+    optimizer->step();
+    ++step;
+
+    loss_sum += loss.item<double>();
+    ++interval_steps;
+    interval_samples += static_cast<std::int64_t>(indices.size());
+    const bool last = i + 1 == steps_per_epoch || step_limit_reached();
+    if (step % config().log.every_steps == 0 || last) {
+      // One small allreduce per log interval: the loss and throughput of the whole job.
+      at::Tensor totals = torch::tensor({loss_sum, static_cast<double>(interval_steps),
+                                         static_cast<double>(interval_samples)}, torch::kFloat64);
+      comm->allreduce(totals, comm::ReduceOp::kSum)->wait();
+      const double mean_loss = totals[0].item<double>() / totals[1].item<double>();
+      const double samples_per_s = totals[2].item<double>() / interval.elapsed_s();
+      const double lr = current_lr(*optimizer);
+      log::info("epoch {} step {} ({}/{}) loss {:.4f} lr {:.3g} {:.0f} samples/s", epoch + 1, step,
+                i + 1, steps_per_epoch, mean_loss, lr, samples_per_s);
+      metrics.write({{"step", step}, {"epoch", epoch + 1}, {"loss", mean_loss}, {"lr", lr},
+                     {"samples_per_s", samples_per_s}});
+      loss_sum = 0.0;
+      interval_steps = 0;
+      interval_samples = 0;
+      interval.reset();
+    }
+  }
+}
+
+std::optional<EvalResult> Trainer::State::evaluate_epoch(std::int64_t epoch) {
+  if (!setup.eval_split) return std::nullopt;
+  sync_buffers();
+  const EvalResult result = evaluate(net(), *setup.eval_split, *comm, config().train.eval_batch_size);
+  log::info("epoch {} eval on {} ({} samples): test_loss {:.4f} test_acc {:.4f}", epoch + 1,
+            config().data.eval_split, result.samples, result.loss, result.accuracy);
+  metrics.write({{"epoch", epoch + 1}, {"step", step}, {"test_loss", result.loss},
+                 {"test_acc", result.accuracy}});
+  return result;
+}
+
+std::string Trainer::State::save_checkpoint(std::int64_t epoch) {
+  sync_buffers();
+  std::string path;
+  if (bootstrap.world_rank() == 0) {
+    ckpt::CheckpointMeta meta;
+    meta.hpctrain_version = version();
+    meta.step = step;
+    meta.epoch = epoch;
+    meta.world_size = comm->size();
+    meta.model_name = config().model.name;
+    meta.config_text = config::to_ini(config());
+    meta.created = utc_now();
+    Timer timer;
+    path = ckpt::write_checkpoint(run_dir.checkpoints_dir(), model_state(net()), meta);
+    log::info("checkpoint {} written in {:.2f} s", path, timer.elapsed_s());
+  }
+  comm->barrier();  // no rank leaves before the checkpoint is on disk
+  return path;
+}
+
+TrainSummary Trainer::run() {
+  State& s = *state_;
+  const config::TrainConfig& train = s.config().train;
+  HT_CHECK(s.setup.train_split.has_value(), "Trainer needs a training split");
+  const data::DistributedSampler sampler(s.setup.train_split->size(), s.comm->size(), s.comm->rank(),
+                                         static_cast<std::uint64_t>(train.seed), train.shuffle);
+  log::info("training on {} samples: {} per rank per epoch, global batch {} ({} x {})",
+            s.setup.train_split->size(), sampler.samples_per_rank(), train.batch_size * s.comm->size(),
+            s.comm->size(), train.batch_size);
+  TrainSummary summary;
+  std::int64_t epoch = 0;
+  for (; epoch < train.epochs && !s.step_limit_reached(); ++epoch) {
+    s.train_epoch(epoch, sampler);
+    summary.last_eval = s.evaluate_epoch(epoch);  // also after an epoch cut short by max_steps
+  }
+  summary.steps = s.step;
+  if (s.config().ckpt.save_final) summary.checkpoint = s.save_checkpoint(epoch);
+  return summary;
+}
+
+}  // namespace hpctrain::train
