@@ -44,7 +44,8 @@ void add_file(const std::string& path) {
     sink->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l " + where() + " %v");
     spdlog::default_logger()->sinks().push_back(sink);
   } catch (const std::exception& e) {
-    throw Error("cannot open log file " + path + ": " + e.what());
+    throw Error("cannot open log file " + path + ": " + e.what() + " (check run.dir)",
+                ExitCode::kUsage);
   }
 }
 

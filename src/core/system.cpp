@@ -1,10 +1,17 @@
 #include "hpctrain/core/system.h"
 
+#include <fcntl.h>
 #include <malloc.h>
 #include <sched.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "hpctrain/core/error.h"
 
 namespace hpctrain::sys {
 
@@ -32,22 +39,6 @@ void tune_allocator() {
   mallopt(M_TRIM_THRESHOLD, kThresholdBytes);
 }
 
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? std::string(value) : fallback;
-}
-
-}  // namespace hpctrain::sys
-
-#include <fcntl.h>
-
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-
-#include "hpctrain/core/error.h"
-
-namespace hpctrain::sys {
 namespace {
 
 void fsync_path(const std::string& path) {

@@ -145,5 +145,20 @@ TEST_F(TrainEndToEnd, CheckpointOfAnotherModelIsRejectedWithExitCode4) {
   EXPECT_NE(e.err.find("does not match this model"), std::string::npos) << e.err;
 }
 
+TEST_F(TrainEndToEnd, AnErrorOnOneRankEndsTheWholeJob) {
+  // Rank 1 cannot open its log file (a directory is in the way) after MPI has started, while
+  // rank 0 goes on into the first collective: rank 1 must bring the job down, not leave rank 0
+  // waiting.
+  const std::string run = work_ + "/run-broken";
+  fs::create_directories(run + "/logs/rank-1.log");
+  const ProcessResult r = run_command(
+      "timeout 120 " + mpirun(2) + kBin + " train --data.path=" + data_ + " --run.dir=" + run +
+      " --train.max_steps=5 --train.threads=1");
+  EXPECT_NE(r.exit_code, 124) << "the job hung:\n" << r.err;
+  EXPECT_EQ(r.exit_code, 2) << r.err;  // mpirun passes on the code given to MPI_Abort
+  EXPECT_EQ(count_lines_with(r.err, "hpctrain: error: [1/2"), 1) << r.err;
+  EXPECT_NE(r.err.find("rank-1.log"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace hpctrain::testing

@@ -15,13 +15,6 @@ int affinity_cores();
 // (see docs/architecture.md, "Allocator"). Idempotent.
 void tune_allocator();
 
-// Environment variable or fallback.
-std::string env_or(const char* name, const std::string& fallback);
-
-}  // namespace hpctrain::sys
-
-namespace hpctrain::sys {
-
 // Durably publishes `temp` as `target` (a file or a directory): fsync the file (or every file in the
 // directory), rename over the target, fsync the parent directory. Readers see the old or the new
 // content, never a half-written one. Throws hpctrain::Error with errno's text on failure.
