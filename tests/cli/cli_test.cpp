@@ -58,6 +58,8 @@ struct BadConfig {
   const char* expect; // part of the one error line
 };
 
+void PrintTo(const BadConfig& bad, std::ostream* os) { *os << bad.name; }
+
 class CliConfigErrors : public ::testing::TestWithParam<BadConfig> {};
 
 TEST_P(CliConfigErrors, ExitCode2OneLineNothingWritten) {
