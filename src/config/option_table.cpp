@@ -204,6 +204,9 @@ std::vector<Option> build_table() {
           "Intra-op threads per rank; 0 uses the cores this rank is bound to.", at_least<I>(0)),
       row("train.shuffle", &C::train, &TrainConfig::shuffle, "true",
           "Shuffle the training split every epoch (one global permutation shared by all ranks)."),
+      row("train.drop_last", &C::train, &TrainConfig::drop_last, "false",
+          "Drop an epoch's last partial global batch; when false it is padded and the padding "
+          "is masked out of the loss, so every sample counts exactly once."),
 
       row("dist.backend", &C::dist, &DistConfig::backend, "auto",
           "Gradient communication: auto picks nccl for CUDA tensors when built with NCCL, else mpi.",

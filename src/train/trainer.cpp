@@ -18,6 +18,7 @@
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/metrics_writer.h"
 #include "hpctrain/train/optimizer.h"
+#include "hpctrain/train/step_loss.h"
 
 namespace hpctrain::train {
 namespace {
@@ -99,6 +100,8 @@ struct Trainer::State {
   }
 
   void train_epoch(std::int64_t epoch, const data::DistributedSampler& sampler);
+  void log_progress(std::int64_t epoch, std::int64_t step_in_epoch, std::int64_t steps_per_epoch,
+                    double& loss_sum, double& real_samples, Timer& interval);
   std::optional<EvalResult> evaluate_epoch(std::int64_t epoch);
   std::string save_checkpoint(std::int64_t epoch);
 };
@@ -128,52 +131,54 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
 Trainer::~Trainer() = default;
 
 void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSampler& sampler) {
-  const config::TrainConfig& train = config().train;
-  const std::vector<std::int64_t> order = sampler.indices(epoch);
-  const auto per_rank = static_cast<std::int64_t>(order.size());
-  const std::int64_t steps_per_epoch = (per_rank + train.batch_size - 1) / train.batch_size;
+  const std::vector<std::int64_t> order = sampler.global_order(epoch);
+  const std::int64_t steps_per_epoch = sampler.steps_from(0);
   net().module().train();
 
   Timer interval;
-  double loss_sum = 0.0;
-  std::int64_t interval_steps = 0;
-  std::int64_t interval_samples = 0;
+  double loss_sum = 0.0;  // over this rank's real samples since the last log line
+  double real_samples = 0.0;
+  std::int64_t cursor = 0;
   for (std::int64_t i = 0; i < steps_per_epoch && !step_limit_reached(); ++i) {
-    const std::int64_t first = i * train.batch_size;
-    const std::vector<std::int64_t> indices(order.begin() + first,
-                                            order.begin() + std::min(per_rank, first + train.batch_size));
-    const data::Batch batch = setup.train_split->gather(indices);
+    const data::SamplerStep plan = sampler.step(order, cursor);
+    cursor = plan.next_cursor;
+    const data::Batch batch = setup.train_split->gather(plan.indices);
+    const at::Tensor weights = torch::tensor(plan.weights);
 
     sync_buffers();
     optimizer->zero_grad();
-    const at::Tensor loss = torch::nn::functional::cross_entropy(net().forward(batch.input), batch.target);
-    loss.backward();
+    const at::Tensor losses = torch::nn::functional::cross_entropy(
+        net().forward(batch.input), batch.target,
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    step_loss(losses, weights, comm->size(), plan.global_real).backward();  // Note [Masked mean]
     grad_sync->average_gradients();
     optimizer->step();
     ++step;
 
-    loss_sum += loss.item<double>();
-    ++interval_steps;
-    interval_samples += static_cast<std::int64_t>(indices.size());
+    loss_sum += (losses.detach() * weights).sum().item<double>();
+    real_samples += weights.sum().item<double>();
     const bool last = i + 1 == steps_per_epoch || step_limit_reached();
-    if (step % config().log.every_steps == 0 || last) {
-      // One small allreduce per log interval: the loss and throughput of the whole job.
-      at::Tensor totals = torch::tensor({loss_sum, static_cast<double>(interval_steps),
-                                         static_cast<double>(interval_samples)}, torch::kFloat64);
-      comm->allreduce(totals, comm::ReduceOp::kSum)->wait();
-      const double mean_loss = totals[0].item<double>() / totals[1].item<double>();
-      const double samples_per_s = totals[2].item<double>() / interval.elapsed_s();
-      const double lr = current_lr(*optimizer);
-      log::info("epoch {} step {} ({}/{}) loss {:.4f} lr {:.3g} {:.0f} samples/s", epoch + 1, step,
-                i + 1, steps_per_epoch, mean_loss, lr, samples_per_s);
-      metrics.write({{"step", step}, {"epoch", epoch + 1}, {"loss", mean_loss}, {"lr", lr},
-                     {"samples_per_s", samples_per_s}});
-      loss_sum = 0.0;
-      interval_steps = 0;
-      interval_samples = 0;
-      interval.reset();
-    }
+    if (step % config().log.every_steps == 0 || last) log_progress(epoch, i + 1, steps_per_epoch,
+                                                                   loss_sum, real_samples, interval);
   }
+}
+
+void Trainer::State::log_progress(std::int64_t epoch, std::int64_t step_in_epoch,
+                                  std::int64_t steps_per_epoch, double& loss_sum,
+                                  double& real_samples, Timer& interval) {
+  // One small allreduce per log interval: the loss and throughput of the whole job.
+  at::Tensor totals = torch::tensor({loss_sum, real_samples}, torch::kFloat64);
+  comm->allreduce(totals, comm::ReduceOp::kSum)->wait();
+  const double mean_loss = totals[0].item<double>() / totals[1].item<double>();
+  const double samples_per_s = totals[1].item<double>() / interval.elapsed_s();
+  const double lr = current_lr(*optimizer);
+  log::info("epoch {} step {} ({}/{}) loss {:.4f} lr {:.3g} {:.0f} samples/s", epoch + 1, step,
+            step_in_epoch, steps_per_epoch, mean_loss, lr, samples_per_s);
+  metrics.write({{"step", step}, {"epoch", epoch + 1}, {"loss", mean_loss}, {"lr", lr},
+                 {"samples_per_s", samples_per_s}});
+  loss_sum = 0.0;
+  real_samples = 0.0;
+  interval.reset();
 }
 
 std::optional<EvalResult> Trainer::State::evaluate_epoch(std::int64_t epoch) {
@@ -211,11 +216,18 @@ TrainSummary Trainer::run() {
   State& s = *state_;
   const config::TrainConfig& train = s.config().train;
   HT_CHECK(s.setup.train_split.has_value(), "Trainer needs a training split");
-  const data::DistributedSampler sampler(s.setup.train_split->size(), s.comm->size(), s.comm->rank(),
-                                         static_cast<std::uint64_t>(train.seed), train.shuffle);
-  log::info("training on {} samples: {} per rank per epoch, global batch {} ({} x {})",
-            s.setup.train_split->size(), sampler.samples_per_rank(), train.batch_size * s.comm->size(),
-            s.comm->size(), train.batch_size);
+  data::SamplerOptions options;
+  options.dataset_size = s.setup.train_split->size();
+  options.world_size = s.comm->size();
+  options.rank = s.comm->rank();
+  options.batch_size = train.batch_size;
+  options.seed = static_cast<std::uint64_t>(train.seed);
+  options.shuffle = train.shuffle;
+  options.drop_last = train.drop_last;
+  const data::DistributedSampler sampler(options);
+  log::info("training on {} samples: {} steps per epoch, global batch {} ({} x {}){}",
+            options.dataset_size, sampler.steps_from(0), train.batch_size * s.comm->size(),
+            s.comm->size(), train.batch_size, train.drop_last ? ", last partial batch dropped" : "");
   TrainSummary summary;
   std::int64_t epoch = 0;
   for (; epoch < train.epochs && !s.step_limit_reached(); ++epoch) {

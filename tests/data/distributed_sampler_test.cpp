@@ -3,46 +3,118 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <set>
+#include <map>
 
 #include "hpctrain/core/error.h"
 
 namespace hpctrain::data {
 namespace {
 
-TEST(DistributedSampler, RanksAreDisjointAndCoverTheDataset) {
-  for (const int world : {1, 2, 3, 4}) {
-    std::multiset<std::int64_t> seen;
-    for (int rank = 0; rank < world; ++rank) {
-      const DistributedSampler sampler(12, world, rank, 7, true);
-      const auto mine = sampler.indices(0);
-      EXPECT_EQ(static_cast<std::int64_t>(mine.size()), sampler.samples_per_rank());
-      seen.insert(mine.begin(), mine.end());
+SamplerOptions options(std::int64_t n, int world, int rank, std::int64_t batch, bool drop_last = false,
+                       std::uint64_t seed = 42) {
+  SamplerOptions o;
+  o.dataset_size = n;
+  o.world_size = world;
+  o.rank = rank;
+  o.batch_size = batch;
+  o.seed = seed;
+  o.drop_last = drop_last;
+  return o;
+}
+
+// How often each dataset index is trained on (weight 1) by all ranks from `cursor` to epoch end,
+// checking on the way that every rank runs the same number of equally sized steps.
+std::map<std::int64_t, int> coverage(std::int64_t n, int world, std::int64_t batch, bool drop_last,
+                                     std::int64_t epoch, std::int64_t cursor) {
+  std::map<std::int64_t, int> seen;
+  const std::int64_t expected_steps = DistributedSampler(options(n, world, 0, batch, drop_last)).steps_from(cursor);
+  for (int rank = 0; rank < world; ++rank) {
+    const DistributedSampler sampler(options(n, world, rank, batch, drop_last));
+    const auto order = sampler.global_order(epoch);
+    std::int64_t c = cursor;
+    std::int64_t steps = 0;
+    for (; sampler.steps_from(c) > 0; ++steps) {
+      const SamplerStep step = sampler.step(order, c);
+      const SamplerStep rank0 = DistributedSampler(options(n, world, 0, batch, drop_last)).step(order, c);
+      EXPECT_EQ(step.indices.size(), rank0.indices.size()) << "ranks disagree on the batch size";
+      EXPECT_EQ(step.global_real, rank0.global_real);
+      for (size_t i = 0; i < step.indices.size(); ++i) {
+        if (step.weights[i] > 0) ++seen[step.indices[i]];
+      }
+      c = step.next_cursor;
     }
-    for (std::int64_t i = 0; i < 12; ++i) EXPECT_EQ(seen.count(i), 1u) << "world " << world;
+    EXPECT_EQ(steps, expected_steps) << "rank " << rank << " runs a different number of steps";
+  }
+  return seen;
+}
+
+TEST(DistributedSampler, EverySampleExactlyOncePerEpochForWorldSizes1To5) {
+  for (const std::int64_t n : {1, 7, 12, 50, 101}) {
+    for (int world = 1; world <= 5; ++world) {
+      for (const std::int64_t batch : {1, 3, 8}) {
+        const auto seen = coverage(n, world, batch, false, 3, 0);
+        ASSERT_EQ(static_cast<std::int64_t>(seen.size()), n) << n << " " << world << " " << batch;
+        for (const auto& [index, count] : seen) {
+          ASSERT_EQ(count, 1) << "index " << index << " n " << n << " world " << world;
+        }
+      }
+    }
   }
 }
 
-TEST(DistributedSampler, PadsByWrappingSoEveryRankHasTheSameCount) {
-  // 10 samples over 3 ranks: 4 each, the first two of the global order used twice.
-  std::multiset<std::int64_t> seen;
+TEST(DistributedSampler, DropLastTrainsOnlyFullGlobalBatchesEachSampleAtMostOnce) {
+  for (int world = 1; world <= 5; ++world) {
+    for (const std::int64_t batch : {1, 3, 4}) {
+      const std::int64_t n = 50;
+      if (world * batch > n) continue;
+      const auto seen = coverage(n, world, batch, true, 0, 0);
+      EXPECT_EQ(static_cast<std::int64_t>(seen.size()), (n / (world * batch)) * world * batch);
+      for (const auto& [index, count] : seen) EXPECT_EQ(count, 1);
+    }
+  }
+}
+
+TEST(DistributedSampler, PaddingIsMaskedAndCountedOutOfTheGlobalBatch) {
+  // 10 samples, 3 ranks, batch 4: one step of 10 real samples, 4 slots per rank, 2 padded.
+  int padded = 0;
   for (int rank = 0; rank < 3; ++rank) {
-    const auto mine = DistributedSampler(10, 3, rank, 1, true).indices(2);
-    EXPECT_EQ(mine.size(), 4u);
-    seen.insert(mine.begin(), mine.end());
+    const DistributedSampler sampler(options(10, 3, rank, 4));
+    const SamplerStep step = sampler.step(sampler.global_order(0), 0);
+    EXPECT_EQ(step.indices.size(), 4u);
+    EXPECT_EQ(step.global_real, 10);
+    EXPECT_EQ(step.next_cursor, 10);
+    padded += static_cast<int>(std::count(step.weights.begin(), step.weights.end(), 0.0f));
   }
-  const auto order = DistributedSampler(10, 3, 0, 1, true).global_order(2);
-  EXPECT_EQ(seen.size(), 12u);
-  EXPECT_EQ(seen.count(order[0]), 2u);
-  EXPECT_EQ(seen.count(order[1]), 2u);
+  EXPECT_EQ(padded, 2);
 }
 
-TEST(DistributedSampler, EpochsShuffleDifferentlyAndReproducibly) {
-  const DistributedSampler a(1000, 2, 0, 42, true);
-  const DistributedSampler b(1000, 2, 0, 42, true);
-  EXPECT_EQ(a.indices(3), b.indices(3));
-  EXPECT_NE(a.indices(0), a.indices(1));
-  EXPECT_NE(a.indices(0), DistributedSampler(1000, 2, 0, 43, true).indices(0));
+TEST(DistributedSampler, ResumingAtACursorWithAnotherWorldSizeCoversTheRestExactlyOnce) {
+  const std::int64_t n = 103;
+  const std::int64_t batch = 4;
+  for (int before = 1; before <= 5; ++before) {
+    // Run some steps at `before` ranks, then finish the epoch at every other world size.
+    const DistributedSampler first(options(n, before, 0, batch));
+    const auto order = first.global_order(2);
+    std::int64_t cursor = 0;
+    for (int s = 0; s < 3 && first.steps_from(cursor) > 0; ++s) cursor = first.step(order, cursor).next_cursor;
+    std::map<std::int64_t, int> done;
+    for (std::int64_t p = 0; p < cursor; ++p) ++done[order[static_cast<size_t>(p)]];
+    for (int after = 1; after <= 5; ++after) {
+      if (after == before) continue;
+      std::map<std::int64_t, int> all = done;
+      for (const auto& [index, count] : coverage(n, after, batch, false, 2, cursor)) all[index] += count;
+      ASSERT_EQ(static_cast<std::int64_t>(all.size()), n) << before << " -> " << after;
+      for (const auto& [index, count] : all) ASSERT_EQ(count, 1) << before << " -> " << after;
+    }
+  }
+}
+
+TEST(DistributedSampler, SameSeedSameOrderAndEpochsDiffer) {
+  const DistributedSampler a(options(1000, 2, 0, 8));
+  const DistributedSampler b(options(1000, 2, 0, 8));
+  EXPECT_EQ(a.global_order(3), b.global_order(3));
+  EXPECT_NE(a.global_order(0), a.global_order(1));
+  EXPECT_NE(a.global_order(0), DistributedSampler(options(1000, 2, 0, 8, false, 43)).global_order(0));
   auto order = a.global_order(5);
   std::sort(order.begin(), order.end());
   for (std::int64_t i = 0; i < 1000; ++i) ASSERT_EQ(order[static_cast<size_t>(i)], i);
@@ -50,16 +122,26 @@ TEST(DistributedSampler, EpochsShuffleDifferentlyAndReproducibly) {
 
 TEST(DistributedSampler, KnownOrderIsStableAcrossBuilds) {
   // The order is part of the resume contract: it must not change with the compiler or library.
-  const auto order = DistributedSampler(8, 1, 0, 42, true).global_order(0);
-  EXPECT_EQ(order, (std::vector<std::int64_t>{4, 2, 1, 5, 0, 6, 3, 7}));
+  EXPECT_EQ(DistributedSampler(options(8, 1, 0, 1)).global_order(0),
+            (std::vector<std::int64_t>{4, 2, 1, 5, 0, 6, 3, 7}));
 }
 
-TEST(DistributedSampler, NoShuffleKeepsDatasetOrder) {
-  EXPECT_EQ(DistributedSampler(6, 2, 1, 42, false).indices(9), (std::vector<std::int64_t>{1, 3, 5}));
+TEST(DistributedSampler, RankIndicesDoNotDependOnTheBatchSize) {
+  SamplerOptions o = options(23, 3, 1, 2);
+  o.shuffle = false;
+  const std::vector<std::int64_t> expected{1, 4, 7, 10, 13, 16, 19, 22};
+  const DistributedSampler small(o);
+  EXPECT_EQ(small.rank_indices(small.global_order(0), 0), expected);
+  o.batch_size = 5;
+  const DistributedSampler large(o);
+  EXPECT_EQ(large.rank_indices(large.global_order(0), 0), expected);
+  EXPECT_EQ(large.rank_indices(large.global_order(0), 9), (std::vector<std::int64_t>{10, 13, 16, 19, 22}));
 }
 
-TEST(DistributedSampler, EmptyDatasetIsAnError) {
-  EXPECT_THROW(DistributedSampler(0, 2, 0, 1, true), DataError);
+TEST(DistributedSampler, EmptySplitAndNoStepAreErrors) {
+  EXPECT_THROW(DistributedSampler(options(0, 2, 0, 1)), DataError);
+  EXPECT_THROW(DistributedSampler(options(10, 2, 0, 8, /*drop_last=*/true)), ConfigError);
+  EXPECT_NO_THROW(DistributedSampler(options(10, 2, 0, 8, /*drop_last=*/false)));
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 
 #include "hpctrain/comm/communicator.h"
+#include "hpctrain/data/distributed_sampler.h"
+#include "hpctrain/train/step_loss.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/model/model.h"
@@ -62,6 +64,46 @@ TEST(GradientEquivalence, AveragedShardGradientsEqualTheFullBatchGradient) {
   at::Tensor rank0 = averaged.clone();
   comm->broadcast(rank0, 0)->wait();
   EXPECT_TRUE(torch::equal(rank0, averaged)) << "rank " << rank << " differs from rank 0";
+}
+
+TEST(GradientEquivalence, PaddedLastStepMatchesTheMeanOverRealSamples) {
+  // 2W+1 samples, batch 3 per rank: one step with W*3 slots of which W-1 are padding. The masked
+  // loss must give every rank the gradient of the plain mean over the 2W+1 real samples.
+  comm::Bootstrap& boot = *testing::g_bootstrap;
+  auto comm = comm::make_communicator("mpi", boot, false, 0);
+  const int world = comm->size();
+  const std::int64_t n = 2 * world + 1;
+  torch::manual_seed(4321);
+  const at::Tensor inputs = torch::randn({n, 1, 6, 6});
+  const at::Tensor targets = torch::randint(0, 5, {n}, torch::kLong);
+
+  data::SamplerOptions options;
+  options.dataset_size = n;
+  options.world_size = world;
+  options.rank = comm->rank();
+  options.batch_size = 3;
+  options.seed = 5;
+  const data::DistributedSampler sampler(options);
+  ASSERT_EQ(sampler.steps_from(0), 1);
+  const data::SamplerStep step = sampler.step(sampler.global_order(0), 0);
+  const at::Tensor index = torch::tensor(step.indices, torch::kLong);
+
+  torch::manual_seed(99);
+  auto net = make_mlp();
+  ddp::GradSync sync(*comm, net->module().parameters());
+  const at::Tensor losses = torch::nn::functional::cross_entropy(
+      net->forward(inputs.index_select(0, index)), targets.index_select(0, index),
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  train::step_loss(losses, torch::tensor(step.weights), world, step.global_real).backward();
+  sync.average_gradients();
+
+  torch::manual_seed(99);
+  auto reference = make_mlp();
+  torch::nn::functional::cross_entropy(reference->forward(inputs), targets).backward();
+  const at::Tensor expected = flat_grads(*reference);
+  const double relative =
+      (flat_grads(*net) - expected).norm().item<double>() / expected.norm().item<double>();
+  EXPECT_LE(relative, 1e-5) << "rank " << comm->rank();
 }
 
 TEST(GradientEquivalence, BroadcastMakesBuffersEqualToTheRoot) {

@@ -42,6 +42,7 @@ struct TrainConfig {
   std::int64_t seed = 0;
   std::int64_t threads = 0;  // intra-op threads per rank; 0: the cores this rank is bound to
   bool shuffle = true;
+  bool drop_last = false;
 };
 
 struct DistConfig {

@@ -1,8 +1,12 @@
-// Which samples each rank sees in an epoch: one global permutation (seeded by seed and epoch, the
-// same on every rank), padded by wrapping around to a multiple of the world size, then dealt out
-// rank, rank + W, rank + 2W, ... as PyTorch's DistributedSampler does. Every rank gets the same
-// count, so all ranks run the same number of steps. Pure: takes ints, never a Communicator.
-// Depends on std only.
+// Which samples each rank trains on, step by step. Per epoch one global permutation from (seed,
+// epoch), identical on every rank. The position inside the epoch is one global cursor: a step takes
+// the next world_size x batch_size positions of the permutation and deals them out, rank r taking
+// positions cursor + r, cursor + r + W, ... So the samples left after cursor C are the same set
+// whatever the world size, and a run resumed at C with W' ranks covers exactly those, once.
+// The last, partial step of an epoch is either dropped (drop_last) or padded: every rank gets
+// ceil(remaining / W) slots, the ones past the end carry weight 0 and are masked out of the loss and
+// the metrics. Every rank thus runs the same number of steps and issues the same collectives.
+// Pure: takes ints, never a Communicator. Depends on std and core.
 #pragma once
 
 #include <cstdint>
@@ -10,24 +14,42 @@
 
 namespace hpctrain::data {
 
+struct SamplerOptions {
+  std::int64_t dataset_size = 0;
+  int world_size = 1;
+  int rank = 0;
+  std::int64_t batch_size = 1;  // per rank
+  std::uint64_t seed = 0;
+  bool shuffle = true;
+  bool drop_last = false;
+};
+
+// This rank's share of one step.
+struct SamplerStep {
+  std::vector<std::int64_t> indices;  // dataset indices, in batch order
+  std::vector<float> weights;         // 1 for a real sample, 0 for padding
+  std::int64_t global_real = 0;       // real samples in the whole step, over all ranks
+  std::int64_t next_cursor = 0;       // the cursor after this step
+};
+
 class DistributedSampler {
  public:
-  DistributedSampler(std::int64_t dataset_size, int world_size, int rank, std::uint64_t seed,
-                     bool shuffle);
+  // Throws DataError for an empty dataset, ConfigError when an epoch would have no step.
+  explicit DistributedSampler(const SamplerOptions& options);
 
-  // Samples per rank per epoch: ceil(dataset_size / world_size).
-  std::int64_t samples_per_rank() const;
-  // This rank's sample indices for `epoch`, in the order they are trained on.
-  std::vector<std::int64_t> indices(std::int64_t epoch) const;
-  // The epoch's global order (before dealing out), identical on every rank.
+  const SamplerOptions& options() const { return options_; }
+  // The epoch's global order, identical on every rank.
   std::vector<std::int64_t> global_order(std::int64_t epoch) const;
+  // Steps left in an epoch when it is at `cursor` (0 at the start of an epoch).
+  std::int64_t steps_from(std::int64_t cursor) const;
+  // The step that starts at `cursor` of `order` (from global_order). Requires steps_from(cursor) > 0.
+  SamplerStep step(const std::vector<std::int64_t>& order, std::int64_t cursor) const;
+  // Every real sample this rank trains on from `cursor` to the end of the epoch, in order.
+  std::vector<std::int64_t> rank_indices(const std::vector<std::int64_t>& order,
+                                         std::int64_t cursor) const;
 
  private:
-  std::int64_t dataset_size_;
-  int world_size_;
-  int rank_;
-  std::uint64_t seed_;
-  bool shuffle_;
+  SamplerOptions options_;
 };
 
 }  // namespace hpctrain::data
