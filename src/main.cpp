@@ -23,9 +23,10 @@ int dispatch(int argc, char** argv) {
   if (command == "train") return hpctrain::cli::run_train(rest);
   if (command == "eval") return hpctrain::cli::run_eval(rest);
   if (command == "prepare") return hpctrain::cli::run_prepare(rest);
+  if (command == "data") return hpctrain::cli::run_data(rest);
   if (command == "docs") return hpctrain::cli::run_docs(rest);
   throw hpctrain::ConfigError("unknown command '" + command +
-                              "' (commands: train, eval, prepare, docs; see hpctrain --help)");
+                              "' (commands: train, eval, prepare, data, docs; see hpctrain --help)");
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ std::string usage() {
          "  train     train a model; every rank reads a disjoint part of each epoch\n"
          "  eval      evaluate a checkpoint on the eval split (--checkpoint FILE --config FILE)\n"
          "  prepare   import a dataset into hpctrain's HDF5 format (hpctrain prepare --help)\n"
+         "  data      inspect or verify a dataset; list the samples a rank trains on\n"
          "  docs      print generated documentation (hpctrain docs options)\n\n"
          "options:\n"
          "  -h, --help   this text; `hpctrain <command> --help` for one command\n"

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include "hpctrain/data/dataset_check.h"
+
 namespace hpctrain::data {
 namespace {
 
@@ -28,13 +30,11 @@ at::Tensor read_field(const std::string& dir, const SplitSpec& split, const Fiel
   std::int64_t row = 0;
   for (const auto& shard : split.shards) {
     const std::string path = (std::filesystem::path(dir) / shard.file).string();
-    const io::H5File file = io::H5File::open_read(path, ExitCode::kData);
-    const io::DatasetInfo info = file.info(spec.name);
-    std::vector<std::int64_t> expected{shard.samples};
-    expected.insert(expected.end(), spec.shape.begin(), spec.shape.end());
-    if (info.shape != expected) {
-      throw DataError(path + ": field '" + spec.name + "' has a shape that disagrees with the manifest");
+    if (!std::filesystem::exists(path)) {
+      throw DataError(path + ": shard listed in the manifest is missing");
     }
+    const io::H5File file = io::H5File::open_read(path, ExitCode::kData);
+    check_shard_field(file, shard, spec);
     file.read(spec.name, spec.dtype, static_cast<char*>(out.data_ptr()) + row * row_bytes);
     row += shard.samples;
   }
@@ -47,6 +47,7 @@ Split Split::load(const std::string& dataset_dir, const std::string& split_name)
   Split s;
   s.manifest_ = Manifest::load(dataset_dir);
   const SplitSpec& spec = s.manifest_.split(split_name);
+  if (spec.samples() == 0) throw DataError(dataset_dir + ": split '" + split_name + "' is empty");
   if (s.manifest_.fields.size() < 2) {
     throw DataError(dataset_dir + ": the manifest needs an input field and a 'label' field");
   }

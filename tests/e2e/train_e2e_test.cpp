@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <optional>
 #include <sstream>
@@ -143,6 +144,64 @@ TEST_F(TrainEndToEnd, CheckpointOfAnotherModelIsRejectedWithExitCode4) {
   EXPECT_EQ(e.exit_code, 4) << e.err;
   EXPECT_EQ(count_lines_with(e.err, "hpctrain: error:"), 1) << e.err;
   EXPECT_NE(e.err.find("does not match this model"), std::string::npos) << e.err;
+}
+
+std::vector<std::int64_t> read_indices(const std::string& text) {
+  std::vector<std::int64_t> out;
+  std::istringstream in(text);
+  std::int64_t value = 0;
+  while (in >> value) out.push_back(value);
+  return out;
+}
+
+TEST_F(TrainEndToEnd, DataOrderDealsEveryTrainingSampleOnceAcrossRanks) {
+  std::vector<int> seen(3000, 0);
+  for (int rank = 0; rank < 3; ++rank) {
+    const ProcessResult r = run_command(kBin + " data order --data " + data_ +
+                                        " --world-size 3 --rank " + std::to_string(rank) + " --epoch 2");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto indices = read_indices(r.out);
+    EXPECT_EQ(indices.size(), 1000u);
+    for (const auto i : indices) ++seen.at(static_cast<size_t>(i));
+  }
+  for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "index " << i;
+  // Without shuffling, one rank sees the dataset in file order.
+  const ProcessResult head = run_command(kBin + " data order --data " + data_ +
+                                         " --world-size 1 --rank 0 --epoch 2 --no-shuffle --limit 3");
+  EXPECT_EQ(read_indices(head.out), (std::vector<std::int64_t>{0, 1, 2}));
+  const ProcessResult bad = run_command(kBin + " data order --data " + data_ + " --world-size 2 --rank 2 --epoch 1");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(count_lines_with(bad.err, "hpctrain: error:"), 1) << bad.err;
+}
+
+TEST_F(TrainEndToEnd, InspectVerifyNamesTheCorruptedShardAndField) {
+  const ProcessResult good = run_command(kBin + " data inspect " + data_ + " --verify");
+  ASSERT_EQ(good.exit_code, 0) << good.err;
+  EXPECT_NE(good.out.find("image   uint8[1,28,28]"), std::string::npos) << good.out;
+  EXPECT_NE(good.out.find("verify: all 2 shard(s) OK"), std::string::npos) << good.out;
+
+  const std::string copy = work_ + "/corrupt";
+  fs::copy(data_, copy, fs::copy_options::recursive);
+  {  // Flip a byte in the middle of the image data of train.h5.
+    std::fstream f(copy + "/train.h5", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(fs::file_size(copy + "/train.h5") / 2));
+    const char byte = static_cast<char>(f.get());
+    f.seekp(static_cast<std::streamoff>(fs::file_size(copy + "/train.h5") / 2));
+    f.put(static_cast<char>(~byte));
+  }
+  const ProcessResult structure = run_command(kBin + " data inspect " + copy);
+  EXPECT_EQ(structure.exit_code, 0) << "metadata is intact: " << structure.err;
+  const ProcessResult bad = run_command(kBin + " data inspect " + copy + " --verify");
+  EXPECT_EQ(bad.exit_code, 3) << bad.out << bad.err;
+  EXPECT_EQ(count_lines_with(bad.err, "hpctrain: error:"), 1) << bad.err;
+  EXPECT_NE(bad.err.find("train.h5: field 'image'"), std::string::npos) << bad.err;
+
+  fs::remove(copy + "/test.h5");
+  const ProcessResult missing = run_command(kBin + " data inspect " + copy);
+  EXPECT_EQ(missing.exit_code, 3);
+  EXPECT_NE(missing.err.find("test.h5: shard listed in the manifest is missing"), std::string::npos)
+      << missing.err;
+  fs::remove_all(copy);
 }
 
 TEST_F(TrainEndToEnd, AnErrorOnOneRankEndsTheWholeJob) {
