@@ -5,7 +5,7 @@
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
-#include "hpctrain/core/system.h"
+#include "hpctrain/core/units.h"
 #include "hpctrain/data/importers.h"
 #include "runtime.h"
 
@@ -31,15 +31,18 @@ int run_prepare(const Args& args) {
       {"out", true, "dataset directory to create"},
       {"overwrite", false, "replace an existing output directory"},
       {"limit", true, "keep only the first N samples of each split (0: all)"},
-      {"deflate", true, "deflate level 0-9 for the HDF5 chunks (0: none)"},
+      {"shards", true, "shards per split"},
+      {"shard-size", true, "target shard size, e.g. 256MiB (instead of --shards)"},
+      {"compression", true, "none, deflate or deflate:1..9"},
   };
   std::string formats;
   for (const auto& name : data::importer_names()) formats += (formats.empty() ? "" : "|") + name;
   if (wants_help(args)) {
     std::cout << "usage: hpctrain prepare <" << formats << "> --source DIR --out DIR "
-              << "[--overwrite] [--limit N] [--deflate L]\n\n"
+              << "[--overwrite] [--limit N]\n"
+                 "       [--shards N | --shard-size SIZE] [--compression none|deflate[:L]]\n\n"
                  "Imports IDX files (gzipped or not) into a dataset directory: manifest.json plus\n"
-                 "one HDF5 file per split (train, test), chunked with fletcher32 checksums. The\n"
+                 "HDF5 shards per split (train, test), chunked with fletcher32 checksums. The\n"
                  "output appears only when complete; an existing one is kept unless --overwrite.\n"
                  "Example:\n"
                  "  hpctrain prepare fashion-mnist --source /usr/share/datasets/fashion-mnist "
@@ -56,7 +59,14 @@ int run_prepare(const Args& args) {
   options.out = parsed.has("out") ? parsed.flags.at("out") : "";
   options.overwrite = parsed.has("overwrite");
   options.limit = flag_int(parsed, "limit", 0);
-  options.deflate_level = static_cast<int>(flag_int(parsed, "deflate", 0));
+  if (parsed.has("shards") && parsed.has("shard-size")) {
+    throw ConfigError("prepare: give --shards or --shard-size, not both");
+  }
+  options.sharding.shards = flag_int(parsed, "shards", 0);
+  if (parsed.has("shards") && options.sharding.shards < 1) throw ConfigError("prepare: --shards must be >= 1");
+  if (parsed.has("shard-size")) options.sharding.shard_bytes = parse_bytes(parsed.flags.at("shard-size"), "--shard-size");
+  options.sharding.deflate_level =
+      data::parse_compression(parsed.has("compression") ? parsed.flags.at("compression") : "none");
   if (options.source.empty()) throw ConfigError("prepare: --source DIR is required");
   log::init_console({}, false, spdlog::level::info);
   data::import_dataset(parsed.positionals.front(), options);

@@ -27,8 +27,6 @@ constexpr std::array<IdxFamily, 2> kFamilies{{
     {"mnist", 0.1307, 0.3081},
 }};
 
-constexpr std::int64_t kChunkBytes = 1 << 20;  // chunks of about 1 MiB
-
 // The file `stem`, gzipped or not, under `dir`.
 std::string find_idx(const std::string& dir, const std::string& stem) {
   for (const std::string& candidate : {stem + ".gz", stem}) {
@@ -86,10 +84,11 @@ IdxArray read_idx(const std::string& path, std::uint32_t expected_ndim) {
   return out;
 }
 
-// Reads one split's images and labels and writes them as <split>.h5; returns the sample count.
-std::int64_t import_split(const std::string& source, const std::string& prefix,
-                          const std::string& split, const std::string& dir,
-                          const ImportOptions& options) {
+// Reads one split's images and labels and writes them as shards; returns the split and the
+// per-sample image shape.
+SplitSpec import_split(const std::string& source, const std::string& prefix,
+                       const std::string& split, const std::string& dir,
+                       const ImportOptions& options, std::vector<FieldSpec>& fields) {
   IdxArray images = read_idx(find_idx(source, prefix + "-images-idx3-ubyte"), 3);
   IdxArray labels = read_idx(find_idx(source, prefix + "-labels-idx1-ubyte"), 1);
   if (images.dims[0] != labels.dims[0]) {
@@ -98,21 +97,16 @@ std::int64_t import_split(const std::string& source, const std::string& prefix,
   }
   std::int64_t n = images.dims[0];
   if (options.limit > 0) n = std::min(n, options.limit);
-  const std::int64_t rows = images.dims[1];
-  const std::int64_t cols = images.dims[2];
+  const std::vector<std::int64_t> image_shape{1, images.dims[1], images.dims[2]};
+  if (!fields.empty() && fields[0].shape != image_shape) {
+    throw DataError(source + ": " + prefix + " images are not the size of the other split's");
+  }
+  fields = {{"image", io::DType::kUInt8, image_shape}, {"label", io::DType::kInt64, {}}};
   std::vector<std::int64_t> label64(labels.data.begin(), labels.data.begin() + n);
-
-  const std::string file = split + ".h5";
-  io::H5File h5 = io::H5File::create((fs::path(dir) / file).string(), ExitCode::kData);
-  io::WriteOptions write;
-  write.deflate_level = options.deflate_level;
-  write.chunk_rows = std::max<std::int64_t>(1, kChunkBytes / (rows * cols));
-  h5.write("image", io::DType::kUInt8, {n, 1, rows, cols}, images.data.data(), write);
-  write.chunk_rows = kChunkBytes / static_cast<std::int64_t>(sizeof(std::int64_t));
-  h5.write("label", io::DType::kInt64, {n}, label64.data(), write);
-  h5.close();
-  log::info("  {:<5} {:>6} samples -> {}", split, n, file);
-  return n;
+  for (const std::int64_t label : label64) {
+    if (label > 9) throw DataError(source + ": " + prefix + " has label " + std::to_string(label) + " (> 9)");
+  }
+  return write_split(dir, split, fields, {images.data.data(), label64.data()}, n, options.sharding);
 }
 
 }  // namespace
@@ -134,9 +128,6 @@ void import_dataset(const std::string& format, const ImportOptions& options) {
     throw ConfigError("prepare: unknown dataset format '" + format + "' (allowed: " + known + ")");
   }
   if (options.out.empty()) throw ConfigError("prepare: --out DIR is required");
-  if (options.deflate_level < 0 || options.deflate_level > 9) {
-    throw ConfigError("prepare: --deflate must be 0..9");
-  }
   const fs::path out = fs::absolute(options.out).lexically_normal();
   if (fs::exists(out) && !options.overwrite) {
     throw ConfigError("prepare: '" + options.out + "' already exists; pass --overwrite to replace it");
@@ -154,12 +145,9 @@ void import_dataset(const std::string& format, const ImportOptions& options) {
     manifest.num_classes = 10;
     manifest.input_mean = family->mean;
     manifest.input_std = family->std;
-    manifest.fields = {{"image", io::DType::kUInt8, {1, 28, 28}}, {"label", io::DType::kInt64, {}}};
     log::info("importing {} from {}", family->name, options.source);
-    const std::int64_t train = import_split(options.source, "train", "train", temp.string(), options);
-    const std::int64_t test = import_split(options.source, "t10k", "test", temp.string(), options);
-    manifest.splits["train"] = SplitSpec{{{"train.h5", train}}};
-    manifest.splits["test"] = SplitSpec{{{"test.h5", test}}};
+    manifest.splits["train"] = import_split(options.source, "train", "train", temp.string(), options, manifest.fields);
+    manifest.splits["test"] = import_split(options.source, "t10k", "test", temp.string(), options, manifest.fields);
     manifest.save(temp.string());
     // Replace an old dataset only now that the new one is complete.
     const fs::path old = out.parent_path() / (out.filename().string() + ".old-" + std::to_string(getpid()));

@@ -36,7 +36,7 @@ class TrainEndToEnd : public ::testing::Test {
     work_ = make_temp_dir("e2e");
     data_ = work_ + "/fashion-small";
     const ProcessResult r = run_command(kBin + " prepare fashion-mnist --source " + kFashion +
-                                        " --out " + data_ + " --limit 3000");
+                                        " --out " + data_ + " --limit 3000 --shards 3");
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
   static void TearDownTestSuite() { fs::remove_all(work_); }
@@ -52,8 +52,15 @@ TEST_F(TrainEndToEnd, PrepareWritesManifestAndSplits) {
   const json manifest = json::parse(read_file(data_ + "/manifest.json"));
   EXPECT_EQ(manifest["splits"]["train"]["samples"], 3000);
   EXPECT_EQ(manifest["splits"]["test"]["samples"], 3000);
-  EXPECT_TRUE(fs::exists(data_ + "/train.h5"));
-  EXPECT_TRUE(fs::exists(data_ + "/test.h5"));
+  for (const char* split : {"train", "test"}) {
+    const json& shards = manifest["splits"][split]["shards"];
+    ASSERT_EQ(shards.size(), 3u) << split;
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(shards[k]["samples"], 1000);
+      EXPECT_EQ(shards[k]["file"], std::string(split) + "-0000" + std::to_string(k) + ".h5");
+      EXPECT_TRUE(fs::exists(data_ + "/" + shards[k]["file"].get<std::string>()));
+    }
+  }
   // No temporary directory is left beside the output.
   for (const auto& entry : fs::directory_iterator(work_)) {
     EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
@@ -178,15 +185,16 @@ TEST_F(TrainEndToEnd, InspectVerifyNamesTheCorruptedShardAndField) {
   const ProcessResult good = run_command(kBin + " data inspect " + data_ + " --verify");
   ASSERT_EQ(good.exit_code, 0) << good.err;
   EXPECT_NE(good.out.find("image   uint8[1,28,28]"), std::string::npos) << good.out;
-  EXPECT_NE(good.out.find("verify: all 2 shard(s) OK"), std::string::npos) << good.out;
+  EXPECT_NE(good.out.find("verify: all 6 shard(s) OK"), std::string::npos) << good.out;
 
   const std::string copy = work_ + "/corrupt";
   fs::copy(data_, copy, fs::copy_options::recursive);
-  {  // Flip a byte in the middle of the image data of train.h5.
-    std::fstream f(copy + "/train.h5", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(fs::file_size(copy + "/train.h5") / 2));
+  const std::string shard = copy + "/train-00001.h5";
+  {  // Flip a byte in the middle of the image data of the second train shard.
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(fs::file_size(shard) / 2));
     const char byte = static_cast<char>(f.get());
-    f.seekp(static_cast<std::streamoff>(fs::file_size(copy + "/train.h5") / 2));
+    f.seekp(static_cast<std::streamoff>(fs::file_size(shard) / 2));
     f.put(static_cast<char>(~byte));
   }
   const ProcessResult structure = run_command(kBin + " data inspect " + copy);
@@ -194,12 +202,12 @@ TEST_F(TrainEndToEnd, InspectVerifyNamesTheCorruptedShardAndField) {
   const ProcessResult bad = run_command(kBin + " data inspect " + copy + " --verify");
   EXPECT_EQ(bad.exit_code, 3) << bad.out << bad.err;
   EXPECT_EQ(count_lines_with(bad.err, "hpctrain: error:"), 1) << bad.err;
-  EXPECT_NE(bad.err.find("train.h5: field 'image'"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("train-00001.h5: field 'image'"), std::string::npos) << bad.err;
 
-  fs::remove(copy + "/test.h5");
+  fs::remove(copy + "/test-00002.h5");
   const ProcessResult missing = run_command(kBin + " data inspect " + copy);
   EXPECT_EQ(missing.exit_code, 3);
-  EXPECT_NE(missing.err.find("test.h5: shard listed in the manifest is missing"), std::string::npos)
+  EXPECT_NE(missing.err.find("test-00002.h5: shard listed in the manifest is missing"), std::string::npos)
       << missing.err;
   fs::remove_all(copy);
 }

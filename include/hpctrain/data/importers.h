@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/data/shard_writer.h"
+
 namespace hpctrain::data {
 
 struct ImportOptions {
@@ -14,7 +16,7 @@ struct ImportOptions {
   std::string out;             // dataset directory to create
   bool overwrite = false;      // replace an existing `out`
   std::int64_t limit = 0;      // keep only the first `limit` samples of each split; 0: all
-  int deflate_level = 0;       // 0: uncompressed
+  ShardingOptions sharding;    // shards per split or shard size, compression
 };
 
 // Names accepted by import_dataset, e.g. {"fashion-mnist", "mnist"}.

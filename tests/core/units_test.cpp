@@ -1,0 +1,31 @@
+#include "hpctrain/core/units.h"
+
+#include <gtest/gtest.h>
+
+#include "hpctrain/core/error.h"
+
+namespace hpctrain {
+namespace {
+
+TEST(Units, ParsesBytesWithAndWithoutUnits) {
+  EXPECT_EQ(parse_bytes("1048576", "x"), 1048576);
+  EXPECT_EQ(parse_bytes("64KiB", "x"), 64 * 1024);
+  EXPECT_EQ(parse_bytes("256MiB", "x"), 256LL << 20);
+  EXPECT_EQ(parse_bytes("2GiB", "x"), 2LL << 30);
+  EXPECT_EQ(parse_bytes("1.5GB", "x"), 1500000000);
+  EXPECT_EQ(parse_bytes("10B", "x"), 10);
+}
+
+TEST(Units, RejectsNonSizesNamingTheOption) {
+  for (const char* bad : {"", "MiB", "12 parsecs", "-5", "0", "1e400"}) {
+    try {
+      parse_bytes(bad, "--shard-size");
+      FAIL() << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("--shard-size"), std::string::npos);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hpctrain
