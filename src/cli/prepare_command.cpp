@@ -31,6 +31,7 @@ int run_prepare(const Args& args) {
       {"out", true, "dataset directory to create"},
       {"overwrite", false, "replace an existing output directory"},
       {"limit", true, "keep only the first N samples of each split (0: all)"},
+      {"test-fraction", true, "held-out fraction for npy without X_test.npy and for text"},
       {"shards", true, "shards per split"},
       {"shard-size", true, "target shard size, e.g. 256MiB (instead of --shards)"},
       {"compression", true, "none, deflate or deflate:1..9"},
@@ -41,9 +42,14 @@ int run_prepare(const Args& args) {
     std::cout << "usage: hpctrain prepare <" << formats << "> --source DIR --out DIR "
               << "[--overwrite] [--limit N]\n"
                  "       [--shards N | --shard-size SIZE] [--compression none|deflate[:L]]\n\n"
-                 "Imports IDX files (gzipped or not) into a dataset directory: manifest.json plus\n"
-                 "HDF5 shards per split (train, test), chunked with fletcher32 checksums. The\n"
-                 "output appears only when complete; an existing one is kept unless --overwrite.\n"
+                 "       [--test-fraction F]\n\n"
+                 "Imports a dataset into a directory of manifest.json plus HDF5 shards per split,\n"
+                 "chunked with fletcher32 checksums:\n"
+                 "  fashion-mnist, mnist  IDX files (gzipped or not) -> splits train, test\n"
+                 "  npy                   X.npy + y.npy (+ X_test.npy + y_test.npy, else the last\n"
+                 "                        --test-fraction, default 0.1) -> train, test\n"
+                 "  text                  a file or directory of text -> byte tokens, train + val\n"
+                 "The output appears only when complete; an existing one is kept unless --overwrite.\n"
                  "Example:\n"
                  "  hpctrain prepare fashion-mnist --source /usr/share/datasets/fashion-mnist "
                  "--out data/fashion-mnist\n";
@@ -59,6 +65,12 @@ int run_prepare(const Args& args) {
   options.out = parsed.has("out") ? parsed.flags.at("out") : "";
   options.overwrite = parsed.has("overwrite");
   options.limit = flag_int(parsed, "limit", 0);
+  if (parsed.has("test-fraction")) {
+    char* end = nullptr;
+    const std::string& text = parsed.flags.at("test-fraction");
+    options.test_fraction = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0') throw ConfigError("prepare: --test-fraction must be a number in (0, 1)");
+  }
   if (parsed.has("shards") && parsed.has("shard-size")) {
     throw ConfigError("prepare: give --shards or --shard-size, not both");
   }

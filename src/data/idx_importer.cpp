@@ -1,16 +1,11 @@
 // MNIST-family IDX files (train-images-idx3-ubyte[.gz], ...) to an hpctrain dataset.
-#include <unistd.h>
 #include <zlib.h>
 
 #include <array>
 #include <filesystem>
 
 #include "hpctrain/core/error.h"
-#include "hpctrain/core/log.h"
-#include "hpctrain/core/system.h"
-#include "hpctrain/data/importers.h"
-#include "hpctrain/data/manifest.h"
-#include "hpctrain/io/h5_file.h"
+#include "importer_formats.h"
 
 namespace hpctrain::data {
 namespace fs = std::filesystem;
@@ -22,7 +17,7 @@ struct IdxFamily {
   double std;
 };
 
-constexpr std::array<IdxFamily, 2> kFamilies{{
+constexpr std::array<IdxFamily, 2> kFamilies{{  // the names import_dataset dispatches here
     {"fashion-mnist", 0.2860, 0.3530},
     {"mnist", 0.1307, 0.3081},
 }};
@@ -111,55 +106,19 @@ SplitSpec import_split(const std::string& source, const std::string& prefix,
 
 }  // namespace
 
-std::vector<std::string> importer_names() {
-  std::vector<std::string> names;
-  for (const auto& family : kFamilies) names.emplace_back(family.name);
-  return names;
-}
-
-void import_dataset(const std::string& format, const ImportOptions& options) {
+void import_idx(const std::string& format, const ImportOptions& options, const std::string& temp_dir,
+                Manifest& manifest) {
   const IdxFamily* family = nullptr;
   for (const auto& f : kFamilies) {
     if (format == f.name) family = &f;
   }
-  if (family == nullptr) {
-    std::string known;
-    for (const auto& name : importer_names()) known += (known.empty() ? "" : "|") + name;
-    throw ConfigError("prepare: unknown dataset format '" + format + "' (allowed: " + known + ")");
-  }
-  if (options.out.empty()) throw ConfigError("prepare: --out DIR is required");
-  const fs::path out = fs::absolute(options.out).lexically_normal();
-  if (fs::exists(out) && !options.overwrite) {
-    throw ConfigError("prepare: '" + options.out + "' already exists; pass --overwrite to replace it");
-  }
-  if (!fs::is_directory(options.source)) {
-    throw DataError("prepare: source '" + options.source + "' is not a directory");
-  }
-  fs::create_directories(out.parent_path());
-  const fs::path temp = out.parent_path() / (out.filename().string() + ".tmp-" + std::to_string(getpid()));
-  fs::remove_all(temp);
-  fs::create_directories(temp);
-  try {
-    Manifest manifest;
-    manifest.name = family->name;
-    manifest.num_classes = 10;
-    manifest.input_mean = family->mean;
-    manifest.input_std = family->std;
-    log::info("importing {} from {}", family->name, options.source);
-    manifest.splits["train"] = import_split(options.source, "train", "train", temp.string(), options, manifest.fields);
-    manifest.splits["test"] = import_split(options.source, "t10k", "test", temp.string(), options, manifest.fields);
-    manifest.save(temp.string());
-    // Replace an old dataset only now that the new one is complete.
-    const fs::path old = out.parent_path() / (out.filename().string() + ".old-" + std::to_string(getpid()));
-    if (fs::exists(out)) fs::rename(out, old);
-    sys::publish_atomically(temp.string(), out.string());
-    fs::remove_all(old);
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(temp, ignored);
-    throw;
-  }
-  log::info("wrote {}", out.string());
+  HT_CHECK(family != nullptr, "import_idx called for " + format);
+  manifest.name = family->name;
+  manifest.num_classes = 10;
+  manifest.input_mean = family->mean;
+  manifest.input_std = family->std;
+  manifest.splits["train"] = import_split(options.source, "train", "train", temp_dir, options, manifest.fields);
+  manifest.splits["test"] = import_split(options.source, "t10k", "test", temp_dir, options, manifest.fields);
 }
 
 }  // namespace hpctrain::data

@@ -6,6 +6,7 @@
 
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
+#include "hpctrain/core/progress.h"
 
 namespace hpctrain::data {
 namespace {
@@ -49,6 +50,7 @@ SplitSpec write_split(const std::string& dir, const std::string& split,
   }
   shards = std::max<std::int64_t>(1, std::min(shards, samples));
   SplitSpec spec;
+  ProgressBar progress("  " + split + " shards", shards);
   for (std::int64_t k = 0; k < shards; ++k) {
     // Shard k holds rows [samples*k/shards, samples*(k+1)/shards): sizes differ by at most one.
     const std::int64_t first = samples * k / shards;
@@ -67,8 +69,10 @@ SplitSpec write_split(const std::string& dir, const std::string& split,
     }
     file.close();
     spec.shards.push_back({name, count});
-    log::info("  {} shard {}/{}: {} samples -> {}", split, k + 1, shards, count, name);
+    progress.update(k + 1);
+    log::debug("{} shard {}/{}: {} samples -> {}", split, k + 1, shards, count, name);
   }
+  log::info("  {}: {} samples in {} shard(s)", split, samples, shards);
   return spec;
 }
 

@@ -12,6 +12,7 @@ namespace {
 at::ScalarType scalar_type(io::DType dtype) {
   switch (dtype) {
     case io::DType::kUInt8: return at::kByte;
+    case io::DType::kUInt16: return at::kInt;  // libtorch 1.13 has no uint16; widened on read
     case io::DType::kInt32: return at::kInt;
     case io::DType::kInt64: return at::kLong;
     case io::DType::kFloat32: return at::kFloat;
@@ -35,7 +36,9 @@ at::Tensor read_field(const std::string& dir, const SplitSpec& split, const Fiel
     }
     const io::H5File file = io::H5File::open_read(path, ExitCode::kData);
     check_shard_field(file, shard, spec);
-    file.read(spec.name, spec.dtype, static_cast<char*>(out.data_ptr()) + row * row_bytes);
+    // uint16 (token ids) has no libtorch 1.13 dtype: HDF5 widens it to int32 while reading.
+    const io::DType memory = spec.dtype == io::DType::kUInt16 ? io::DType::kInt32 : spec.dtype;
+    file.read(spec.name, memory, static_cast<char*>(out.data_ptr()) + row * row_bytes);
     row += shard.samples;
   }
   return out;
@@ -49,7 +52,8 @@ Split Split::load(const std::string& dataset_dir, const std::string& split_name)
   const SplitSpec& spec = s.manifest_.split(split_name);
   if (spec.samples() == 0) throw DataError(dataset_dir + ": split '" + split_name + "' is empty");
   if (s.manifest_.fields.size() < 2) {
-    throw DataError(dataset_dir + ": the manifest needs an input field and a 'label' field");
+    throw DataError(dataset_dir + ": '" + s.manifest_.name + "' has no input and 'label' fields "
+                    "(a token stream?); the built-in models are classifiers that need both");
   }
   s.inputs_ = read_field(dataset_dir, spec, s.manifest_.fields.front());
   s.targets_ = read_field(dataset_dir, spec, s.manifest_.field("label")).to(at::kLong);

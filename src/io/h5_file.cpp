@@ -33,6 +33,7 @@ std::string hdf5_message() {
 hid_t native_type(DType dtype) {
   switch (dtype) {
     case DType::kUInt8: return H5T_NATIVE_UINT8;
+    case DType::kUInt16: return H5T_NATIVE_UINT16;
     case DType::kInt32: return H5T_NATIVE_INT32;
     case DType::kInt64: return H5T_NATIVE_INT64;
     case DType::kFloat32: return H5T_NATIVE_FLOAT;
@@ -66,6 +67,7 @@ std::vector<hsize_t> to_hsize(const std::vector<std::int64_t>& shape) {
 const char* dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kUInt8: return "uint8";
+    case DType::kUInt16: return "uint16";
     case DType::kInt32: return "int32";
     case DType::kInt64: return "int64";
     case DType::kFloat32: return "float32";
@@ -77,6 +79,7 @@ const char* dtype_name(DType dtype) {
 size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kUInt8: return 1;
+    case DType::kUInt16: return 2;
     case DType::kInt32: return 4;
     case DType::kInt64: return 8;
     case DType::kFloat32: return 4;
@@ -86,10 +89,12 @@ size_t dtype_size(DType dtype) {
 }
 
 DType dtype_from_name(const std::string& name, ExitCode code) {
-  for (DType d : {DType::kUInt8, DType::kInt32, DType::kInt64, DType::kFloat32, DType::kFloat64}) {
+  for (DType d : {DType::kUInt8, DType::kUInt16, DType::kInt32, DType::kInt64, DType::kFloat32,
+                  DType::kFloat64}) {
     if (name == dtype_name(d)) return d;
   }
-  throw Error("unknown dtype '" + name + "' (allowed: uint8|int32|int64|float32|float64)", code);
+  throw Error("unknown dtype '" + name + "' (allowed: uint8|uint16|int32|int64|float32|float64)",
+              code);
 }
 
 H5File::H5File(std::int64_t id, std::string path, ExitCode code)
@@ -182,6 +187,8 @@ DatasetInfo H5File::info(const std::string& name) const {
   const bool is_signed = cls == H5T_INTEGER && H5Tget_sign(type.get()) == H5T_SGN_2;
   if (cls == H5T_INTEGER && size == 1 && !is_signed) {
     out.dtype = DType::kUInt8;
+  } else if (cls == H5T_INTEGER && size == 2 && !is_signed) {
+    out.dtype = DType::kUInt16;
   } else if (cls == H5T_INTEGER && size == 4 && is_signed) {
     out.dtype = DType::kInt32;
   } else if (cls == H5T_INTEGER && size == 8 && is_signed) {

@@ -29,3 +29,16 @@ TEST(Units, RejectsNonSizesNamingTheOption) {
 
 }  // namespace
 }  // namespace hpctrain
+
+#include "hpctrain/core/progress.h"
+
+namespace hpctrain {
+namespace {
+
+TEST(ProgressBar, RendersFractionAndCounts) {
+  EXPECT_EQ(ProgressBar::render("train", 3, 6), "train [===============               ] 50% 3/6");
+  EXPECT_EQ(ProgressBar::render("x", 9, 4), "x [==============================] 100% 4/4");
+}
+
+}  // namespace
+}  // namespace hpctrain

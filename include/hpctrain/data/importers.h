@@ -16,10 +16,11 @@ struct ImportOptions {
   std::string out;             // dataset directory to create
   bool overwrite = false;      // replace an existing `out`
   std::int64_t limit = 0;      // keep only the first `limit` samples of each split; 0: all
+  double test_fraction = 0.1;  // npy without X_test.npy, text: the held-out tail
   ShardingOptions sharding;    // shards per split or shard size, compression
 };
 
-// Names accepted by import_dataset, e.g. {"fashion-mnist", "mnist"}.
+// Names accepted by import_dataset: fashion-mnist, mnist, npy, text.
 std::vector<std::string> importer_names();
 
 // Imports `format` from options.source into options.out. Throws DataError (bad or missing source)

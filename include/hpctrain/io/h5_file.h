@@ -12,7 +12,7 @@
 
 namespace hpctrain::io {
 
-enum class DType { kUInt8, kInt32, kInt64, kFloat32, kFloat64 };
+enum class DType { kUInt8, kUInt16, kInt32, kInt64, kFloat32, kFloat64 };
 
 const char* dtype_name(DType dtype);
 size_t dtype_size(DType dtype);

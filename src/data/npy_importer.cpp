@@ -1,0 +1,189 @@
+// NumPy .npy arrays to an hpctrain dataset: X.npy (samples x ...) and y.npy (integer class labels),
+// optionally X_test.npy + y_test.npy; without them the last --test-fraction of X/y becomes "test".
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "hpctrain/core/error.h"
+#include "hpctrain/core/log.h"
+#include "importer_formats.h"
+
+namespace hpctrain::data {
+namespace fs = std::filesystem;
+namespace {
+
+struct NpyArray {
+  io::DType dtype = io::DType::kUInt8;
+  std::vector<std::int64_t> shape;
+  std::vector<char> data;  // row-major, native little-endian
+
+  std::int64_t rows() const { return shape.empty() ? 1 : shape[0]; }
+  std::int64_t row_bytes() const {
+    std::int64_t bytes = static_cast<std::int64_t>(io::dtype_size(dtype));
+    for (size_t i = 1; i < shape.size(); ++i) bytes *= shape[i];
+    return bytes;
+  }
+};
+
+io::DType npy_dtype(const std::string& descr, const std::string& path) {
+  if (descr == "|u1" || descr == "<u1") return io::DType::kUInt8;
+  if (descr == "<u2") return io::DType::kUInt16;
+  if (descr == "<i4") return io::DType::kInt32;
+  if (descr == "<i8") return io::DType::kInt64;
+  if (descr == "<f4") return io::DType::kFloat32;
+  if (descr == "<f8") return io::DType::kFloat64;
+  throw DataError(path + ": dtype '" + descr + "' is not supported (uint8, uint16, int32, int64, "
+                  "float32, float64, little-endian)");
+}
+
+// The .npy format: magic "\x93NUMPY", version, header length, a Python dict literal, the data.
+NpyArray read_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(path + ": cannot open");
+  char magic[8] = {};
+  in.read(magic, 8);
+  if (!in || std::memcmp(magic, "\x93NUMPY", 6) != 0) throw DataError(path + ": not a .npy file");
+  const int major = static_cast<unsigned char>(magic[6]);
+  std::uint32_t header_length = 0;
+  unsigned char length_bytes[4] = {};
+  in.read(reinterpret_cast<char*>(length_bytes), major == 1 ? 2 : 4);
+  for (int i = (major == 1 ? 1 : 3); i >= 0; --i) header_length = header_length * 256 + length_bytes[i];
+  std::string header(header_length, '\0');
+  in.read(header.data(), header_length);
+  if (!in) throw DataError(path + ": truncated header");
+
+  std::smatch m;
+  if (!std::regex_search(header, m, std::regex("'descr'\\s*:\\s*'([^']+)'"))) {
+    throw DataError(path + ": header has no descr");
+  }
+  NpyArray out;
+  out.dtype = npy_dtype(m[1], path);
+  if (std::regex_search(header, m, std::regex("'fortran_order'\\s*:\\s*True"))) {
+    throw DataError(path + ": Fortran-ordered arrays are not supported (save np.ascontiguousarray(a))");
+  }
+  if (!std::regex_search(header, m, std::regex("'shape'\\s*:\\s*\\(([^)]*)\\)"))) {
+    throw DataError(path + ": header has no shape");
+  }
+  const std::string dims = m[1];
+  const std::regex number("[0-9]+");
+  for (std::sregex_iterator it(dims.begin(), dims.end(), number), end; it != end; ++it) {
+    out.shape.push_back(std::stoll(it->str()));
+  }
+  if (out.shape.empty()) throw DataError(path + ": a scalar is not a dataset");
+  const std::int64_t bytes = out.rows() * out.row_bytes();
+  out.data.resize(static_cast<size_t>(bytes));
+  in.read(out.data.data(), bytes);
+  if (in.gcount() != bytes) {
+    throw DataError(path + ": truncated (expected " + std::to_string(bytes) + " data bytes, found " +
+                    std::to_string(in.gcount()) + ")");
+  }
+  return out;
+}
+
+std::vector<std::int64_t> labels_of(const NpyArray& y, const std::string& path) {
+  if (y.shape.size() != 1) throw DataError(path + ": labels must be one-dimensional");
+  std::vector<std::int64_t> labels(static_cast<size_t>(y.rows()));
+  for (size_t i = 0; i < labels.size(); ++i) {
+    switch (y.dtype) {
+      case io::DType::kUInt8: labels[i] = reinterpret_cast<const std::uint8_t*>(y.data.data())[i]; break;
+      case io::DType::kUInt16: labels[i] = reinterpret_cast<const std::uint16_t*>(y.data.data())[i]; break;
+      case io::DType::kInt32: labels[i] = reinterpret_cast<const std::int32_t*>(y.data.data())[i]; break;
+      case io::DType::kInt64: labels[i] = reinterpret_cast<const std::int64_t*>(y.data.data())[i]; break;
+      default: throw DataError(path + ": labels must be integers");
+    }
+    if (labels[i] < 0) throw DataError(path + ": label " + std::to_string(labels[i]) + " at " + std::to_string(i) + " is negative");
+  }
+  return labels;
+}
+
+// Mean and standard deviation of the inputs, scaled to [0, 1] first when they are uint8.
+std::pair<double, double> input_moments(const NpyArray& x, std::int64_t rows) {
+  const std::int64_t count = rows * x.row_bytes() / static_cast<std::int64_t>(io::dtype_size(x.dtype));
+  double sum = 0.0;
+  double sum_sq = 0.0;
+  for (std::int64_t i = 0; i < count; ++i) {
+    double v = 0.0;
+    switch (x.dtype) {
+      case io::DType::kUInt8: v = reinterpret_cast<const std::uint8_t*>(x.data.data())[i] / 255.0; break;
+      case io::DType::kUInt16: v = reinterpret_cast<const std::uint16_t*>(x.data.data())[i]; break;
+      case io::DType::kInt32: v = reinterpret_cast<const std::int32_t*>(x.data.data())[i]; break;
+      case io::DType::kInt64: v = static_cast<double>(reinterpret_cast<const std::int64_t*>(x.data.data())[i]); break;
+      case io::DType::kFloat32: v = reinterpret_cast<const float*>(x.data.data())[i]; break;
+      case io::DType::kFloat64: v = reinterpret_cast<const double*>(x.data.data())[i]; break;
+    }
+    sum += v;
+    sum_sq += v * v;
+  }
+  const double mean = count > 0 ? sum / static_cast<double>(count) : 0.0;
+  const double variance = count > 0 ? sum_sq / static_cast<double>(count) - mean * mean : 0.0;
+  return {mean, variance > 1e-12 ? std::sqrt(variance) : 1.0};
+}
+
+}  // namespace
+
+void import_npy(const ImportOptions& options, const std::string& temp_dir, Manifest& manifest) {
+  const fs::path source(options.source);
+  for (const char* required : {"X.npy", "y.npy"}) {
+    if (!fs::is_regular_file(source / required)) {
+      throw DataError("'" + options.source + "' has no " + required + " (npy wants X.npy and y.npy, "
+                      "optionally X_test.npy and y_test.npy)");
+    }
+  }
+  const NpyArray x = read_npy((source / "X.npy").string());
+  const NpyArray y = read_npy((source / "y.npy").string());
+  const std::vector<std::int64_t> labels = labels_of(y, (source / "y.npy").string());
+  if (x.rows() != static_cast<std::int64_t>(labels.size())) {
+    throw DataError(options.source + ": X.npy has " + std::to_string(x.rows()) + " samples but y.npy has " +
+                    std::to_string(labels.size()) + " labels");
+  }
+  const bool has_test = fs::is_regular_file(source / "X_test.npy");
+  std::int64_t cut = x.rows();  // X/y rows [0, cut) are train, [cut, rows) test when no X_test
+  NpyArray x_test;
+  std::vector<std::int64_t> test_labels;
+  if (has_test) {
+    x_test = read_npy((source / "X_test.npy").string());
+    test_labels = labels_of(read_npy((source / "y_test.npy").string()), (source / "y_test.npy").string());
+    if (std::vector<std::int64_t>(x_test.shape.begin() + 1, x_test.shape.end()) !=
+            std::vector<std::int64_t>(x.shape.begin() + 1, x.shape.end()) ||
+        x_test.dtype != x.dtype || x_test.rows() != static_cast<std::int64_t>(test_labels.size())) {
+      throw DataError(options.source + ": X_test.npy/y_test.npy do not match X.npy/y.npy in dtype, "
+                      "sample shape or count");
+    }
+  } else {
+    cut = x.rows() - static_cast<std::int64_t>(std::llround(options.test_fraction * static_cast<double>(x.rows())));
+    if (cut < 1 || cut >= x.rows()) {
+      throw ConfigError("prepare npy: --test-fraction " + std::to_string(options.test_fraction) +
+                        " leaves an empty train or test split of " + std::to_string(x.rows()) + " samples");
+    }
+  }
+  const std::int64_t train_rows = options.limit > 0 ? std::min(cut, options.limit) : cut;
+
+  manifest.name = source.filename().string().empty() ? "npy" : source.filename().string();
+  manifest.fields = {{"input", x.dtype, std::vector<std::int64_t>(x.shape.begin() + 1, x.shape.end())},
+                     {"label", io::DType::kInt64, {}}};
+  std::int64_t max_label = 0;
+  for (const auto l : labels) max_label = std::max(max_label, l);
+  for (const auto l : test_labels) max_label = std::max(max_label, l);
+  manifest.num_classes = max_label + 1;
+  std::tie(manifest.input_mean, manifest.input_std) = input_moments(x, train_rows);
+
+  manifest.splits["train"] = write_split(temp_dir, "train", manifest.fields, {x.data.data(), labels.data()},
+                                         train_rows, options.sharding);
+  if (has_test) {
+    std::int64_t rows = x_test.rows();
+    if (options.limit > 0) rows = std::min(rows, options.limit);
+    manifest.splits["test"] = write_split(temp_dir, "test", manifest.fields,
+                                          {x_test.data.data(), test_labels.data()}, rows, options.sharding);
+  } else {
+    std::int64_t rows = x.rows() - cut;
+    if (options.limit > 0) rows = std::min(rows, options.limit);
+    manifest.splits["test"] = write_split(temp_dir, "test", manifest.fields,
+                                          {x.data.data() + cut * x.row_bytes(), labels.data() + cut},
+                                          rows, options.sharding);
+  }
+}
+
+}  // namespace hpctrain::data
