@@ -30,10 +30,6 @@ io::DType io_dtype(at::ScalarType type, const std::string& name) {
   }
 }
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  return c10::str(c10::IntArrayRef(shape));
-}
-
 }  // namespace
 
 std::string write_checkpoint(const std::string& dir, const NamedTensors& model,
@@ -127,8 +123,8 @@ CheckpointMeta read_checkpoint(const std::string& path, const NamedTensors& mode
     const io::DType dtype = io_dtype(tensor.scalar_type(), name);
     if (info.shape != shape || info.dtype != dtype) {
       throw CheckpointError(path + ": " + name + " is " + io::dtype_name(info.dtype) +
-                            shape_text(info.shape) + " in the checkpoint but " +
-                            io::dtype_name(dtype) + shape_text(shape) + " in the model");
+                            io::shape_text(info.shape) + " in the checkpoint but " +
+                            io::dtype_name(dtype) + io::shape_text(shape) + " in the model");
     }
     at::Tensor host = at::empty(shape, tensor.options().device(at::kCPU));
     file.read("model/" + name, dtype, host.data_ptr());

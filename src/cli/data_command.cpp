@@ -30,24 +30,7 @@ const char* kUsage =
     "         train.batch_size, train.drop_last and train.shuffle (defaults: their defaults);\n"
     "         the batch size matters only with --drop-last.\n";
 
-std::int64_t int_flag(const config::ParsedArgs& parsed, const std::string& name,
-                      const std::string& fallback) {
-  const std::string text = parsed.has(name) ? parsed.flags.at(name) : fallback;
-  char* end = nullptr;
-  const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || value < 0) {
-    throw ConfigError("data: --" + name + " must be an integer >= 0, got '" + text + "'");
-  }
-  return value;
-}
-
 std::string table_default(const char* option) { return *config::find_option(option)->default_text; }
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? "," : "") + std::to_string(shape[i]);
-  return text + "]";
-}
 
 int inspect(const config::ParsedArgs& parsed) {
   if (parsed.positionals.size() != 2) throw ConfigError("data inspect: give one dataset PATH");
@@ -57,7 +40,7 @@ int inspect(const config::ParsedArgs& parsed) {
             << "schema:\n";
   for (const auto& f : m.fields) {
     std::cout << "  " << std::left << std::setw(8) << f.name << io::dtype_name(f.dtype)
-              << shape_text(f.shape) << "\n";
+              << io::shape_text(f.shape) << "\n";
   }
   std::cout << "classes " << m.num_classes << ", inputs normalized with mean " << m.input_mean
             << ", std " << m.input_std << "\n";
@@ -90,26 +73,26 @@ int order(const config::ParsedArgs& parsed) {
   const std::string split = parsed.has("split") ? parsed.flags.at("split") : "train";
   data::SamplerOptions options;
   options.dataset_size = m.split(split).samples();
-  options.world_size = static_cast<int>(int_flag(parsed, "world-size", ""));
-  options.rank = static_cast<int>(int_flag(parsed, "rank", ""));
-  options.batch_size = int_flag(parsed, "batch-size", table_default("train.batch_size"));
-  options.seed = static_cast<std::uint64_t>(int_flag(parsed, "seed", table_default("train.seed")));
+  options.world_size = static_cast<int>(int_flag(parsed, "data", "world-size", ""));
+  options.rank = static_cast<int>(int_flag(parsed, "data", "rank", ""));
+  options.batch_size = int_flag(parsed, "data", "batch-size", table_default("train.batch_size"));
+  options.seed = static_cast<std::uint64_t>(int_flag(parsed, "data", "seed", table_default("train.seed")));
   options.shuffle = !parsed.has("no-shuffle");
   options.drop_last = parsed.has("drop-last");
-  const std::int64_t epoch = int_flag(parsed, "epoch", "");
+  const std::int64_t epoch = int_flag(parsed, "data", "epoch", "");
   if (options.world_size < 1 || options.rank >= options.world_size) {
     throw ConfigError("data order: need --world-size >= 1 and 0 <= --rank < world size");
   }
   if (epoch < 1) throw ConfigError("data order: --epoch counts from 1, as the training log does");
   if (options.batch_size < 1) throw ConfigError("data order: --batch-size must be >= 1");
-  const std::int64_t cursor = int_flag(parsed, "from-cursor", "0");
+  const std::int64_t cursor = int_flag(parsed, "data", "from-cursor", "0");
   if (cursor > options.dataset_size) {
     throw ConfigError("data order: --from-cursor " + std::to_string(cursor) + " is past the split's " +
                       std::to_string(options.dataset_size) + " samples");
   }
   const data::DistributedSampler sampler(options);
   const std::vector<std::int64_t> indices = sampler.rank_indices(sampler.global_order(epoch - 1), cursor);
-  const std::int64_t limit = int_flag(parsed, "limit", "0");
+  const std::int64_t limit = int_flag(parsed, "data", "limit", "0");
   const size_t count = limit > 0 ? std::min(indices.size(), static_cast<size_t>(limit)) : indices.size();
   std::ostringstream out;
   for (size_t i = 0; i < count; ++i) out << indices[i] << "\n";

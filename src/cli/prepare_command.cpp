@@ -10,21 +10,6 @@
 #include "runtime.h"
 
 namespace hpctrain::cli {
-namespace {
-
-std::int64_t flag_int(const config::ParsedArgs& parsed, const std::string& name, std::int64_t fallback) {
-  if (!parsed.has(name)) return fallback;
-  const std::string& text = parsed.flags.at(name);
-  char* end = nullptr;
-  const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || value < 0) {
-    throw ConfigError("prepare: --" + name + " must be an integer >= 0, got '" + text + "'");
-  }
-  return value;
-}
-
-}  // namespace
-
 int run_prepare(const Args& args) {
   const std::vector<config::Flag> flags{
       {"source", true, "directory holding the raw files"},
@@ -64,7 +49,7 @@ int run_prepare(const Args& args) {
   options.source = parsed.has("source") ? parsed.flags.at("source") : "";
   options.out = parsed.has("out") ? parsed.flags.at("out") : "";
   options.overwrite = parsed.has("overwrite");
-  options.limit = flag_int(parsed, "limit", 0);
+  options.limit = int_flag(parsed, "prepare", "limit", "0");
   if (parsed.has("test-fraction")) {
     char* end = nullptr;
     const std::string& text = parsed.flags.at("test-fraction");
@@ -74,7 +59,7 @@ int run_prepare(const Args& args) {
   if (parsed.has("shards") && parsed.has("shard-size")) {
     throw ConfigError("prepare: give --shards or --shard-size, not both");
   }
-  options.sharding.shards = flag_int(parsed, "shards", 0);
+  options.sharding.shards = int_flag(parsed, "prepare", "shards", "0");
   if (parsed.has("shards") && options.sharding.shards < 1) throw ConfigError("prepare: --shards must be >= 1");
   if (parsed.has("shard-size")) options.sharding.shard_bytes = parse_bytes(parsed.flags.at("shard-size"), "--shard-size");
   options.sharding.deflate_level =

@@ -3,6 +3,7 @@
 #include <torch/version.h>
 
 #include "hpctrain/comm/communicator.h"
+#include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/system.h"
 #include "hpctrain/core/version.h"
@@ -49,6 +50,21 @@ bool wants_help(const std::vector<std::string>& args) {
     if (a == "-h" || a == "--help") return true;
   }
   return false;
+}
+
+}  // namespace hpctrain::cli
+
+namespace hpctrain::cli {
+
+std::int64_t int_flag(const config::ParsedArgs& parsed, const std::string& command,
+                      const std::string& name, const std::string& fallback) {
+  const std::string text = parsed.has(name) ? parsed.flags.at(name) : fallback;
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || value < 0) {
+    throw ConfigError(command + ": --" + name + " must be an integer >= 0, got '" + text + "'");
+  }
+  return value;
 }
 
 }  // namespace hpctrain::cli

@@ -2,10 +2,14 @@
 // and the banner rank 0 prints. Private to src/cli.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "hpctrain/comm/bootstrap.h"
 #include "hpctrain/config/config.h"
+#include "hpctrain/config/parser.h"
 
 namespace hpctrain::cli {
 
@@ -20,5 +24,10 @@ void log_banner(const comm::Bootstrap& bootstrap, int threads);
 
 // True when `args` asks for help (-h or --help anywhere).
 bool wants_help(const std::vector<std::string>& args);
+
+// The integer >= 0 given as --`name`, or `fallback` (as text) when absent. Throws ConfigError
+// naming `command` and the flag.
+std::int64_t int_flag(const config::ParsedArgs& parsed, const std::string& command,
+                      const std::string& name, const std::string& fallback);
 
 }  // namespace hpctrain::cli

@@ -5,15 +5,10 @@
 #include <vector>
 
 #include "hpctrain/core/error.h"
+#include "hpctrain/data/shard_writer.h"
 
 namespace hpctrain::data {
 namespace {
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? "," : "") + std::to_string(shape[i]);
-  return text + "]";
-}
 
 io::H5File open_shard(const std::string& dir, const ShardSpec& spec) {
   const std::string path = (std::filesystem::path(dir) / spec.file).string();
@@ -53,8 +48,8 @@ void check_shard_field(const io::H5File& shard, const ShardSpec& spec, const Fie
   expected.insert(expected.end(), field.shape.begin(), field.shape.end());
   if (info.dtype != field.dtype || info.shape != expected) {
     throw DataError(shard.path() + ": field '" + field.name + "' is " + io::dtype_name(info.dtype) +
-                    shape_text(info.shape) + " but the manifest says " + io::dtype_name(field.dtype) +
-                    shape_text(expected) + " (" + std::to_string(spec.samples) + " samples)");
+                    io::shape_text(info.shape) + " but the manifest says " + io::dtype_name(field.dtype) +
+                    io::shape_text(expected) + " (" + std::to_string(spec.samples) + " samples)");
   }
 }
 
@@ -67,10 +62,9 @@ CheckReport verify_contents(const std::string& dataset_dir, const Manifest& mani
   constexpr std::int64_t kBlockBytes = 16 << 20;
   return for_each_field(dataset_dir, manifest, [](const io::H5File& shard, const ShardSpec& spec,
                                                   const FieldSpec& field) -> std::int64_t {
-    std::int64_t row_bytes = static_cast<std::int64_t>(io::dtype_size(field.dtype));
-    for (const std::int64_t d : field.shape) row_bytes *= d;
-    const std::int64_t rows_per_block = std::max<std::int64_t>(1, kBlockBytes / std::max<std::int64_t>(1, row_bytes));
-    std::vector<char> buffer(static_cast<size_t>(rows_per_block * row_bytes));
+    const std::int64_t bytes = row_bytes(field);
+    const std::int64_t rows_per_block = std::max<std::int64_t>(1, kBlockBytes / bytes);
+    std::vector<char> buffer(static_cast<size_t>(rows_per_block * bytes));
     for (std::int64_t first = 0; first < spec.samples; first += rows_per_block) {
       const std::int64_t count = std::min(rows_per_block, spec.samples - first);
       try {
@@ -80,7 +74,7 @@ CheckReport verify_contents(const std::string& dataset_dir, const Manifest& mani
                         "-" + std::to_string(first + count - 1) + ": " + e.what());
       }
     }
-    return spec.samples * row_bytes;
+    return spec.samples * bytes;
   });
 }
 

@@ -76,6 +76,12 @@ const char* dtype_name(DType dtype) {
   return "?";
 }
 
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? "," : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
 size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kUInt8: return 1;

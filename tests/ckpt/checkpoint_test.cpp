@@ -78,8 +78,8 @@ TEST_F(CheckpointTest, MismatchedShapeIsNamed) {
     read_checkpoint(path, wrong);
     FAIL() << "expected CheckpointError";
   } catch (const CheckpointError& e) {
-    EXPECT_NE(std::string(e.what()).find("fc.weight is float32[4, 3] in the checkpoint but "
-                                         "float32[5, 3] in the model"),
+    EXPECT_NE(std::string(e.what()).find("fc.weight is float32[4,3] in the checkpoint but "
+                                         "float32[5,3] in the model"),
               std::string::npos)
         << e.what();
   }

@@ -15,6 +15,8 @@ namespace hpctrain::io {
 enum class DType { kUInt8, kUInt16, kInt32, kInt64, kFloat32, kFloat64 };
 
 const char* dtype_name(DType dtype);
+// "[60000,1,28,28]"; "[]" for a scalar.
+std::string shape_text(const std::vector<std::int64_t>& shape);
 size_t dtype_size(DType dtype);
 // Throws Error(code) for an unknown name.
 DType dtype_from_name(const std::string& name, ExitCode code);
