@@ -166,6 +166,13 @@ std::vector<Option> build_table() {
           "Split of the dataset to train on.", not_empty()),
       row("data.eval_split", &C::data, &DataConfig::eval_split, "test",
           "Split evaluated at the end of every epoch; empty disables evaluation."),
+      row("data.prefetch", &C::data, &DataConfig::prefetch, "2",
+          "Batches read ahead on a background thread; 0 reads each batch in the training thread.",
+          at_least<I>(0)),
+      row("data.cache_mb", &C::data, &DataConfig::cache_mb, "256",
+          "HDF5 chunk cache per split and rank, in MiB: random-order epochs after the first are "
+          "served from memory when the rank's split fits.",
+          at_least<I>(1)),
 
       row("model.name", &C::model, &ModelConfig::name, "fashion_cnn",
           "Model to train, from the built-in registry.", one_of({"fashion_cnn", "mlp"})),

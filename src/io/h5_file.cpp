@@ -222,18 +222,19 @@ void H5File::read(const std::string& name, DType dtype, void* out) const {
   }
 }
 
-void H5File::read_rows(const std::string& name, DType dtype, std::int64_t first,
-                       std::int64_t count, void* out) const {
-  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT));
-  if (!set.ok()) fail("cannot open dataset " + name);
-  Handle file_space(H5Dget_space(set.get()));
+namespace {
+
+// Rows [first, first + count) of the open dataset `set`; errors name `where`.
+void read_rows_of(hid_t set, const std::string& where, ExitCode code, DType dtype, std::int64_t first,
+                  std::int64_t count, void* out) {
+  Handle file_space(H5Dget_space(set));
   const int rank = H5Sget_simple_extent_ndims(file_space.get());
-  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0)));
   H5Sget_simple_extent_dims(file_space.get(), dims.data(), nullptr);
   if (rank < 1 || first < 0 || count < 0 || static_cast<hsize_t>(first + count) > dims[0]) {
-    throw Error(path_ + ": rows [" + std::to_string(first) + ", " + std::to_string(first + count) +
-                    ") are outside dataset '" + name + "'",
-                code_);
+    throw Error(where + ": rows [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                    ") are outside the dataset",
+                code);
   }
   std::vector<hsize_t> start(dims.size(), 0);
   std::vector<hsize_t> extent = dims;
@@ -241,10 +242,59 @@ void H5File::read_rows(const std::string& name, DType dtype, std::int64_t first,
   extent[0] = static_cast<hsize_t>(count);
   H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, extent.data(), nullptr);
   Handle memory_space(H5Screate_simple(rank, extent.data(), nullptr));
-  if (H5Dread(set.get(), native_type(dtype), memory_space.get(), file_space.get(), H5P_DEFAULT,
-              out) < 0) {
-    fail("cannot read rows of " + name + " (corrupted or truncated?)");
+  if (H5Dread(set, native_type(dtype), memory_space.get(), file_space.get(), H5P_DEFAULT, out) < 0) {
+    throw Error(where + ": cannot read rows " + std::to_string(first) + "-" +
+                    std::to_string(first + count - 1) + " (corrupted or truncated?): " + hdf5_message(),
+                code);
   }
+}
+
+}  // namespace
+
+void H5File::read_rows(const std::string& name, DType dtype, std::int64_t first,
+                       std::int64_t count, void* out) const {
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT));
+  if (!set.ok()) fail("cannot open dataset " + name);
+  read_rows_of(set.get(), path_ + ": dataset '" + name + "'", code_, dtype, first, count, out);
+}
+
+H5Dataset H5File::open_dataset(const std::string& name, std::int64_t cache_bytes) const {
+  const DatasetInfo dataset_info = info(name);
+  Handle access(H5Pcreate(H5P_DATASET_ACCESS));
+  // Slots: a prime well above the number of chunks the cache can hold (HDF5's advice).
+  H5Pset_chunk_cache(access.get(), 100003, static_cast<size_t>(std::max<std::int64_t>(cache_bytes, 1 << 20)),
+                     H5D_CHUNK_CACHE_W0_DEFAULT);
+  const hid_t id = H5Dopen2(id_, name.c_str(), access.get());
+  if (id < 0) fail("cannot open dataset " + name);
+  return H5Dataset(id, path_ + ": dataset '" + name + "'", code_, dataset_info);
+}
+
+H5Dataset::H5Dataset(std::int64_t id, std::string where, ExitCode code, DatasetInfo info)
+    : id_(id), where_(std::move(where)), code_(code), info_(std::move(info)) {}
+
+H5Dataset::H5Dataset(H5Dataset&& other) noexcept
+    : id_(other.id_), where_(std::move(other.where_)), code_(other.code_), info_(std::move(other.info_)) {
+  other.id_ = -1;
+}
+
+H5Dataset& H5Dataset::operator=(H5Dataset&& other) noexcept {
+  if (this != &other) {
+    if (id_ >= 0) H5Dclose(id_);
+    id_ = other.id_;
+    where_ = std::move(other.where_);
+    code_ = other.code_;
+    info_ = std::move(other.info_);
+    other.id_ = -1;
+  }
+  return *this;
+}
+
+H5Dataset::~H5Dataset() {
+  if (id_ >= 0) H5Dclose(id_);
+}
+
+void H5Dataset::read_rows(DType dtype, std::int64_t first, std::int64_t count, void* out) const {
+  read_rows_of(id_, where_, code_, dtype, first, count, out);
 }
 
 std::vector<std::string> H5File::list_datasets(const std::string& group) const {

@@ -14,6 +14,7 @@
 #include "hpctrain/core/timer.h"
 #include "hpctrain/core/version.h"
 #include "hpctrain/data/distributed_sampler.h"
+#include "hpctrain/data/loader.h"
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/metrics_writer.h"
@@ -58,10 +59,13 @@ TrainingSetup prepare_training(const config::Config& config, bool need_train_spl
   // anyway, so a rank with a different libtorch still starts from the same point).
   torch::manual_seed(static_cast<std::uint64_t>(config.train.seed));
   std::optional<data::Split> train_split;
-  if (need_train_split) train_split = data::Split::load(config.data.path, config.data.train_split);
+  const std::int64_t cache_bytes = config.data.cache_mb << 20;
+  if (need_train_split) {
+    train_split = data::Split::load(config.data.path, config.data.train_split, cache_bytes);
+  }
   std::optional<data::Split> eval_split;
   if (!config.data.eval_split.empty()) {
-    eval_split = data::Split::load(config.data.path, config.data.eval_split);
+    eval_split = data::Split::load(config.data.path, config.data.eval_split, cache_bytes);
   }
   HT_CHECK(train_split || eval_split, "nothing to load: no train split and no eval split");
   const data::Split& any = train_split ? *train_split : *eval_split;
@@ -135,14 +139,23 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
   const std::int64_t steps_per_epoch = sampler.steps_from(0);
   net().module().train();
 
+  // The whole epoch's plan up front, so the loader can read ahead of the loop.
+  std::vector<data::SamplerStep> plans;
+  std::vector<std::vector<std::int64_t>> step_indices;
+  for (std::int64_t cursor = 0; sampler.steps_from(cursor) > 0;) {
+    plans.push_back(sampler.step(order, cursor));
+    cursor = plans.back().next_cursor;
+    step_indices.push_back(plans.back().indices);
+  }
+  data::Loader loader(*setup.train_split, std::move(step_indices),
+                      static_cast<int>(config().data.prefetch));
+
   Timer interval;
   double loss_sum = 0.0;  // over this rank's real samples since the last log line
   double real_samples = 0.0;
-  std::int64_t cursor = 0;
   for (std::int64_t i = 0; i < steps_per_epoch && !step_limit_reached(); ++i) {
-    const data::SamplerStep plan = sampler.step(order, cursor);
-    cursor = plan.next_cursor;
-    const data::Batch batch = setup.train_split->gather(plan.indices);
+    const data::SamplerStep& plan = plans[static_cast<size_t>(i)];
+    const data::Batch batch = loader.next();
     const at::Tensor weights = torch::tensor(plan.weights);
 
     sync_buffers();

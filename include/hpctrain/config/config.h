@@ -16,6 +16,8 @@ struct DataConfig {
   std::string path;  // dataset directory written by `hpctrain prepare`
   std::string train_split;
   std::string eval_split;
+  std::int64_t prefetch = 0;  // batches read ahead on a background thread; 0: in the training thread
+  std::int64_t cache_mb = 0;  // HDF5 chunk cache per split and rank
 };
 
 struct ModelConfig {

@@ -1,12 +1,15 @@
-// One split of a dataset (e.g. "train") held in host memory: the "image"-style input field and the
-// integer "label" field of every shard, read once. Batches are gathered from it by index and
-// normalized as the manifest says. (The foundation reads the whole split on every rank; reading only
-// this rank's part is the sharded loader's job.) Depends on core, io, data/manifest and ATen.
+// One split of a dataset (e.g. "train"), read on demand from its HDF5 shards: a batch of sample
+// indices becomes runs of adjacent rows, each read as one hyperslab, and the rows are put back in
+// batch order. Only the samples asked for are read, so each rank reads its own part. Each shard's
+// datasets stay open with a chunk cache (data.cache_mb per split), so random-order epochs after the
+// first are served from memory. Not thread-safe; see io/h5_file.h on HDF5 and threads.
+// Depends on core, io, data/manifest and ATen.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,25 +24,23 @@ struct Batch {
 
 class Split {
  public:
-  // Reads the split's "input" and "label" fields (names from the manifest: the first field is the
-  // input, the field named "label" the target). Throws DataError on anything malformed.
-  static Split load(const std::string& dataset_dir, const std::string& split_name);
+  // Opens the split's shards and checks them against the manifest (the first field is the input,
+  // the field named "label" the target). Throws DataError on anything missing or malformed.
+  static Split load(const std::string& dataset_dir, const std::string& split_name,
+                    std::int64_t cache_bytes = std::int64_t{256} << 20);
 
-  std::int64_t size() const { return inputs_.size(0); }
-  const Manifest& manifest() const { return manifest_; }
+  std::int64_t size() const;
+  const Manifest& manifest() const;
   std::vector<std::int64_t> sample_shape() const;
 
-  // The samples at `indices`, in that order.
+  // The samples at `indices` (each in [0, size())), in that order; repeats are allowed.
   Batch gather(const std::vector<std::int64_t>& indices) const;
   // Samples [first, first + count).
   Batch range(std::int64_t first, std::int64_t count) const;
 
  private:
-  Batch to_batch(const at::Tensor& raw_inputs, const at::Tensor& targets) const;
-
-  Manifest manifest_;
-  at::Tensor inputs_;   // raw dtype as stored
-  at::Tensor targets_;  // int64
+  struct State;
+  std::shared_ptr<const State> state_;  // shared: a Split is cheap to copy
 };
 
 }  // namespace hpctrain::data

@@ -1,5 +1,6 @@
 // RAII access to one HDF5 file through the C API: typed datasets (whole or a range of rows),
-// string and integer attributes, groups. Only io/*.cpp includes hdf5.h; callers see plain types.
+// string and integer attributes, groups. Debian's parallel HDF5 is not built thread-safe: callers
+// use HDF5 from one thread at a time (the loader's thread during an epoch, the main thread otherwise). Only io/*.cpp includes hdf5.h; callers see plain types.
 // Errors are hpctrain::Error with the caller's exit code (data: 3, checkpoint: 4) and HDF5's
 // innermost message. Depends on core only.
 #pragma once
@@ -32,6 +33,30 @@ struct WriteOptions {
   int deflate_level = 0;        // 0: no compression
 };
 
+// An open dataset with its own chunk cache, for repeated reads of rows (the data loader). Keeping
+// it open is what lets the cache serve the next read; opening per read starts cold every time.
+class H5Dataset {
+ public:
+  H5Dataset(H5Dataset&& other) noexcept;
+  H5Dataset& operator=(H5Dataset&& other) noexcept;
+  H5Dataset(const H5Dataset&) = delete;
+  H5Dataset& operator=(const H5Dataset&) = delete;
+  ~H5Dataset();
+
+  const DatasetInfo& info() const { return info_; }
+  // Reads rows [first, first + count) of the first dimension, converting to `dtype`.
+  void read_rows(DType dtype, std::int64_t first, std::int64_t count, void* out) const;
+
+ private:
+  friend class H5File;
+  H5Dataset(std::int64_t id, std::string where, ExitCode code, DatasetInfo info);
+
+  std::int64_t id_ = -1;  // hid_t
+  std::string where_;     // "file: dataset" for messages
+  ExitCode code_ = ExitCode::kData;
+  DatasetInfo info_;
+};
+
 class H5File {
  public:
   // Creates (truncating) or opens read-only; errors carry `code`.
@@ -56,6 +81,8 @@ class H5File {
   // Reads rows [first, first + count) of the first dimension.
   void read_rows(const std::string& name, DType dtype, std::int64_t first, std::int64_t count,
                  void* out) const;
+  // Opens `name` for repeated row reads with a chunk cache of up to `cache_bytes`.
+  H5Dataset open_dataset(const std::string& name, std::int64_t cache_bytes) const;
   // Names of the datasets under `group`, recursively, as paths relative to it, in name order.
   std::vector<std::string> list_datasets(const std::string& group) const;
 

@@ -1,0 +1,127 @@
+// Split reads from shards and the prefetching Loader: batches must equal the sampler's order.
+#include "hpctrain/data/loader.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+
+#include "hpctrain/core/error.h"
+#include "hpctrain/data/distributed_sampler.h"
+#include "hpctrain/data/shard_writer.h"
+
+namespace hpctrain::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+// 50 samples of float32[2] = (i, -i), label i % 5, in 4 shards.
+class LoaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() / ("hpctrain_loader_" + std::to_string(::getpid()))).string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::vector<float> x;
+    std::vector<std::int64_t> y;
+    for (int i = 0; i < 50; ++i) {
+      x.push_back(static_cast<float>(i));
+      x.push_back(static_cast<float>(-i));
+      y.push_back(i % 5);
+    }
+    Manifest m;
+    m.name = "toy";
+    m.num_classes = 5;
+    m.fields = {{"input", io::DType::kFloat32, {2}}, {"label", io::DType::kInt64, {}}};
+    ShardingOptions sharding;
+    sharding.shards = 4;
+    m.splits["train"] = write_split(dir_, "train", m.fields, {x.data(), y.data()}, 50, sharding);
+    m.save(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(LoaderTest, GatherReturnsSamplesInBatchOrderAcrossShardsAndRepeats) {
+  const Split split = Split::load(dir_, "train");
+  EXPECT_EQ(split.size(), 50);
+  const std::vector<std::int64_t> indices{49, 0, 12, 13, 14, 37, 12, 25};
+  const Batch batch = split.gather(indices);
+  for (size_t k = 0; k < indices.size(); ++k) {
+    EXPECT_EQ(batch.input[static_cast<std::int64_t>(k)][0].item<float>(), static_cast<float>(indices[k]));
+    EXPECT_EQ(batch.input[static_cast<std::int64_t>(k)][1].item<float>(), -static_cast<float>(indices[k]));
+    EXPECT_EQ(batch.target[static_cast<std::int64_t>(k)].item<std::int64_t>(), indices[k] % 5);
+  }
+  EXPECT_TRUE(at::equal(split.range(10, 5).target, at::tensor({0, 1, 2, 3, 4}, at::kLong)));
+  EXPECT_THROW(split.gather({50}), DataError);
+}
+
+TEST_F(LoaderTest, BatchesFollowTheSamplerAtEveryPrefetchDepth) {
+  const Split split = Split::load(dir_, "train");
+  SamplerOptions options;
+  options.dataset_size = 50;
+  options.world_size = 3;
+  options.rank = 1;
+  options.batch_size = 4;
+  options.seed = 9;
+  const DistributedSampler sampler(options);
+  const auto order = sampler.global_order(1);
+  std::vector<std::vector<std::int64_t>> steps;
+  for (std::int64_t cursor = 0; sampler.steps_from(cursor) > 0;) {
+    const SamplerStep step = sampler.step(order, cursor);
+    steps.push_back(step.indices);
+    cursor = step.next_cursor;
+  }
+  for (const int depth : {0, 1, 3}) {
+    Loader loader(split, steps, depth);
+    for (const auto& indices : steps) {
+      const Batch batch = loader.next();
+      ASSERT_EQ(batch.input.size(0), static_cast<std::int64_t>(indices.size()));
+      for (size_t k = 0; k < indices.size(); ++k) {
+        ASSERT_EQ(batch.input[static_cast<std::int64_t>(k)][0].item<float>(), static_cast<float>(indices[k]))
+            << "depth " << depth;
+      }
+    }
+    EXPECT_THROW(loader.next(), Error);  // past the last step
+  }
+}
+
+TEST_F(LoaderTest, AReadErrorReachesTheTrainingThreadAfterTheGoodBatches) {
+  const Split split = Split::load(dir_, "train");
+  Loader loader(split, {{1, 2}, {3}, {99}, {4}}, 2);
+  EXPECT_EQ(loader.next().input.size(0), 2);
+  EXPECT_EQ(loader.next().input.size(0), 1);
+  EXPECT_THROW(loader.next(), DataError);
+}
+
+TEST_F(LoaderTest, StoppingEarlyDoesNotHang) {
+  const Split split = Split::load(dir_, "train");
+  std::vector<std::vector<std::int64_t>> steps(100, std::vector<std::int64_t>{1, 2, 3});
+  Loader loader(split, steps, 4);
+  loader.next();
+}  // destructor joins while the thread waits for room
+
+TEST_F(LoaderTest, MissingShardAndWrongCountAreDataErrors) {
+  fs::rename(dir_ + "/train-00002.h5", dir_ + "/elsewhere.h5");
+  try {
+    Split::load(dir_, "train");
+    FAIL();
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("train-00002.h5: shard listed in the manifest is missing"),
+              std::string::npos) << e.what();
+  }
+  fs::rename(dir_ + "/elsewhere.h5", dir_ + "/train-00002.h5");
+  // Shards hold 12, 13, 12, 13 samples: put a 12-sample shard where 13 are listed.
+  fs::copy_file(dir_ + "/train-00000.h5", dir_ + "/train-00001.h5", fs::copy_options::overwrite_existing);
+  try {
+    Split::load(dir_, "train");
+    FAIL();
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("but the manifest says"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace hpctrain::data
