@@ -68,15 +68,23 @@ SamplerStep DistributedSampler::step(const std::vector<std::int64_t>& order,
   return out;
 }
 
+std::vector<SamplerStep> DistributedSampler::steps(const std::vector<std::int64_t>& order,
+                                                   std::int64_t cursor) const {
+  std::vector<SamplerStep> out;
+  for (std::int64_t left = steps_from(cursor); left > 0; --left) {
+    out.push_back(step(order, cursor));
+    cursor = out.back().next_cursor;
+  }
+  return out;
+}
+
 std::vector<std::int64_t> DistributedSampler::rank_indices(const std::vector<std::int64_t>& order,
                                                            std::int64_t cursor) const {
   std::vector<std::int64_t> out;
-  for (std::int64_t s = steps_from(cursor); s > 0; --s) {
-    const SamplerStep next = step(order, cursor);
+  for (const SamplerStep& next : steps(order, cursor)) {
     for (size_t i = 0; i < next.indices.size(); ++i) {
       if (next.weights[i] > 0) out.push_back(next.indices[i]);
     }
-    cursor = next.next_cursor;
   }
   return out;
 }

@@ -135,18 +135,12 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
 Trainer::~Trainer() = default;
 
 void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSampler& sampler) {
-  const std::vector<std::int64_t> order = sampler.global_order(epoch);
-  const std::int64_t steps_per_epoch = sampler.steps_from(0);
   net().module().train();
-
   // The whole epoch's plan up front, so the loader can read ahead of the loop.
-  std::vector<data::SamplerStep> plans;
+  const std::vector<data::SamplerStep> plans = sampler.steps(sampler.global_order(epoch), 0);
+  const auto steps_per_epoch = static_cast<std::int64_t>(plans.size());
   std::vector<std::vector<std::int64_t>> step_indices;
-  for (std::int64_t cursor = 0; sampler.steps_from(cursor) > 0;) {
-    plans.push_back(sampler.step(order, cursor));
-    cursor = plans.back().next_cursor;
-    step_indices.push_back(plans.back().indices);
-  }
+  for (const auto& plan : plans) step_indices.push_back(plan.indices);
   data::Loader loader(*setup.train_split, std::move(step_indices),
                       static_cast<int>(config().data.prefetch));
 

@@ -69,11 +69,7 @@ TEST_F(LoaderTest, BatchesFollowTheSamplerAtEveryPrefetchDepth) {
   const DistributedSampler sampler(options);
   const auto order = sampler.global_order(1);
   std::vector<std::vector<std::int64_t>> steps;
-  for (std::int64_t cursor = 0; sampler.steps_from(cursor) > 0;) {
-    const SamplerStep step = sampler.step(order, cursor);
-    steps.push_back(step.indices);
-    cursor = step.next_cursor;
-  }
+  for (const SamplerStep& step : sampler.steps(order, 0)) steps.push_back(step.indices);
   for (const int depth : {0, 1, 3}) {
     Loader loader(split, steps, depth);
     for (const auto& indices : steps) {

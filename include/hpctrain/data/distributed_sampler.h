@@ -44,6 +44,8 @@ class DistributedSampler {
   std::int64_t steps_from(std::int64_t cursor) const;
   // The step that starts at `cursor` of `order` (from global_order). Requires steps_from(cursor) > 0.
   SamplerStep step(const std::vector<std::int64_t>& order, std::int64_t cursor) const;
+  // Every step of this rank from `cursor` to the end of the epoch.
+  std::vector<SamplerStep> steps(const std::vector<std::int64_t>& order, std::int64_t cursor) const;
   // Every real sample this rank trains on from `cursor` to the end of the epoch, in order.
   std::vector<std::int64_t> rank_indices(const std::vector<std::int64_t>& order,
                                          std::int64_t cursor) const;
