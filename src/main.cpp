@@ -24,9 +24,10 @@ int dispatch(int argc, char** argv) {
   if (command == "eval") return hpctrain::cli::run_eval(rest);
   if (command == "prepare") return hpctrain::cli::run_prepare(rest);
   if (command == "data") return hpctrain::cli::run_data(rest);
+  if (command == "bench") return hpctrain::cli::run_bench(rest);
   if (command == "docs") return hpctrain::cli::run_docs(rest);
   throw hpctrain::ConfigError("unknown command '" + command +
-                              "' (commands: train, eval, prepare, data, docs; see hpctrain --help)");
+                              "' (commands: train, eval, prepare, data, bench, docs; see hpctrain --help)");
 }
 
 }  // namespace

@@ -212,6 +212,16 @@ TEST_F(TrainEndToEnd, InspectVerifyNamesTheCorruptedShardAndField) {
   fs::remove_all(copy);
 }
 
+TEST_F(TrainEndToEnd, BenchDataReportsEveryCaseAndPassesItsCheck) {
+  const ProcessResult r = run_command(kBin + " bench data --data " + data_ + " --repeats 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* row : {"raw sequential read", "loader sequential", "loader shuffled",
+                          "check: OK (label sum "}) {
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << " in\n" << r.out;
+  }
+  EXPECT_EQ(run_command(kBin + " bench data --data " + data_ + " --repeats 0").exit_code, 2);
+}
+
 TEST_F(TrainEndToEnd, AnErrorOnOneRankEndsTheWholeJob) {
   // Rank 1 cannot open its log file (a directory is in the way) after MPI has started, while
   // rank 0 goes on into the first collective: rank 1 must bring the job down, not leave rank 0
