@@ -1,143 +1,28 @@
-// `hpctrain bench data`: the loader alone against a raw sequential read of the same shard files.
-// Like nccl-tests: an untimed warm-up pass, then timed repetitions reported as medians, every
-// column with its unit, and a correctness check in the same run.
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <ATen/ATen.h>
-
-#include <algorithm>
-#include <cstdio>
-#include <filesystem>
-#include <functional>
+// `hpctrain bench <what>`: dispatch to one measurement (bench_data.cpp, bench_comm.cpp).
 #include <iostream>
 
+#include "bench.h"
 #include "hpctrain/cli/commands.h"
-#include "hpctrain/config/parser.h"
 #include "hpctrain/core/error.h"
-#include "hpctrain/core/timer.h"
-#include "hpctrain/data/distributed_sampler.h"
-#include "hpctrain/data/shard_writer.h"
-#include "hpctrain/data/split.h"
 #include "runtime.h"
 
 namespace hpctrain::cli {
-namespace {
-
-const char* kUsage =
-    "usage: hpctrain bench data --data PATH [--split train] [--batch-size 64] [--repeats 3]\n"
-    "                           [--cache-mb 256]\n\n"
-    "Reads the split with hpctrain's loader in sequential and in shuffled order (one reader\n"
-    "thread, batches of --batch-size) and reads the same shard files raw with read(2), 4 MiB at\n"
-    "a time. One untimed pass first (it fills the page cache and HDF5's chunk cache), then\n"
-    "--repeats timed passes; medians are reported. MB/s counts the bytes of the input and label\n"
-    "fields delivered (raw: file bytes). The check sums every label seen in shuffled order and\n"
-    "compares it with the split's label sum, so a lost or repeated sample fails the run.\n";
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
-// Seconds of one pass of `work`, `repeats` times after one untimed pass.
-std::vector<double> time_passes(int repeats, const std::function<void()>& work) {
-  work();
-  std::vector<double> seconds;
-  for (int r = 0; r < repeats; ++r) {
-    const Timer timer;
-    work();
-    seconds.push_back(timer.elapsed_s());
-  }
-  return seconds;
-}
-
-std::int64_t read_file_raw(const std::string& path, std::vector<char>& buffer) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw DataError(path + ": cannot open for the raw read");
-  std::int64_t total = 0;
-  ssize_t n = 0;
-  while ((n = ::read(fd, buffer.data(), buffer.size())) > 0) total += n;
-  ::close(fd);
-  return total;
-}
-
-int bench_data(const config::ParsedArgs& parsed) {
-  if (!parsed.has("data")) throw ConfigError("bench data: --data PATH is required");
-  const std::string dir = parsed.flags.at("data");
-  const std::string split_name = parsed.has("split") ? parsed.flags.at("split") : "train";
-  const std::int64_t batch = int_flag(parsed, "bench data", "batch-size", "64");
-  const auto repeats = static_cast<int>(int_flag(parsed, "bench data", "repeats", "3"));
-  const std::int64_t cache_mb = int_flag(parsed, "bench data", "cache-mb", "256");
-  if (batch < 1 || repeats < 1) throw ConfigError("bench data: --batch-size and --repeats must be >= 1");
-
-  const data::Split split = data::Split::load(dir, split_name, cache_mb << 20);
-  const data::Manifest& m = split.manifest();
-  const std::int64_t n = split.size();
-  const std::int64_t sample_bytes = data::row_bytes(m.fields.front()) + 8;  // input + int64 label
-
-  data::SamplerOptions options;
-  options.dataset_size = n;
-  options.batch_size = batch;
-  options.seed = 1;
-  const data::DistributedSampler sampler(options);
-  const std::vector<std::int64_t> shuffled = sampler.global_order(0);
-
-  std::int64_t label_sum = 0;
-  const auto pass = [&](bool shuffle) {
-    label_sum = 0;
-    for (std::int64_t first = 0; first < n; first += batch) {
-      const std::int64_t count = std::min(batch, n - first);
-      const data::Batch b = shuffle ? split.gather(std::vector<std::int64_t>(
-                                          shuffled.begin() + first, shuffled.begin() + first + count))
-                                    : split.range(first, count);
-      label_sum += b.target.sum().item<std::int64_t>();
-    }
-  };
-  const double sequential_s = median(time_passes(repeats, [&] { pass(false); }));
-  const std::int64_t sequential_sum = label_sum;
-  const double random_s = median(time_passes(repeats, [&] { pass(true); }));
-  const bool check = label_sum == sequential_sum;
-
-  std::vector<char> buffer(4 << 20);
-  std::int64_t raw_bytes = 0;
-  const double raw_s = median(time_passes(repeats, [&] {
-    raw_bytes = 0;
-    for (const auto& shard : m.split(split_name).shards) {
-      raw_bytes += read_file_raw((std::filesystem::path(dir) / shard.file).string(), buffer);
-    }
-  }));
-
-  const double raw_mbps = raw_bytes / raw_s / 1e6;
-  std::printf("# bench data: %s split %s, %lld samples of %lld bytes, batch %lld, 1 reader thread,\n"
-              "# median of %d timed passes after 1 untimed pass; MB/s = delivered bytes / time\n",
-              dir.c_str(), split_name.c_str(), static_cast<long long>(n),
-              static_cast<long long>(sample_bytes), static_cast<long long>(batch), repeats);
-  std::printf("%-22s %12s %10s %12s\n", "case", "samples/s", "MB/s", "% of raw");
-  std::printf("%-22s %12s %10.1f %12s\n", "raw sequential read", "-", raw_mbps, "100.0");
-  for (const auto& [name, seconds] : {std::pair<const char*, double>{"loader sequential", sequential_s},
-                                      std::pair<const char*, double>{"loader shuffled", random_s}}) {
-    const double mbps = n * sample_bytes / seconds / 1e6;
-    std::printf("%-22s %12.0f %10.1f %12.1f\n", name, n / seconds, mbps, 100.0 * mbps / raw_mbps);
-  }
-  std::printf("check: %s (label sum %lld in shuffled order, %lld in file order)\n", check ? "OK" : "FAILED",
-              static_cast<long long>(label_sum), static_cast<long long>(sequential_sum));
-  if (!check) throw DataError("bench data: the shuffled pass did not see every sample exactly once");
-  return 0;
-}
-
-}  // namespace
 
 int run_bench(const Args& args) {
-  const std::vector<config::Flag> flags{{"data", true, ""},       {"split", true, ""},
-                                        {"batch-size", true, ""}, {"repeats", true, ""},
-                                        {"cache-mb", true, ""}};
+  const std::vector<config::Flag> flags{
+      {"data", true, ""},      {"split", true, ""},     {"batch-size", true, ""},
+      {"repeats", true, ""},   {"cache-mb", true, ""},  {"backend", true, ""},
+      {"min-bytes", true, ""}, {"max-bytes", true, ""}, {"iters", true, ""}};
+  const std::string what = args.empty() ? "" : args.front();
   if (wants_help(args)) {
-    std::cout << kUsage;
+    if (what != "comm") std::cout << bench_data_usage() << "\n";
+    if (what != "data") std::cout << bench_comm_usage();
     return 0;
   }
   const config::ParsedArgs parsed = config::parse_args(args, flags, /*with_options=*/false, false);
-  if (parsed.positionals.size() == 1 && parsed.positionals.front() == "data") return bench_data(parsed);
-  throw ConfigError("bench: expected 'data' (see hpctrain bench --help)");
+  if (parsed.positionals.size() == 1 && what == "data") return bench_data(parsed);
+  if (parsed.positionals.size() == 1 && what == "comm") return bench_comm(parsed);
+  throw ConfigError("bench: expected 'data' or 'comm' (see hpctrain bench --help)");
 }
 
 }  // namespace hpctrain::cli

@@ -1,4 +1,6 @@
 // `hpctrain eval`: load a checkpoint into the configured model and score the eval split.
+#include <torch/nn/module.h>
+
 #include <iostream>
 
 #include "hpctrain/ckpt/checkpoint.h"
@@ -7,6 +9,8 @@
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/system.h"
+#include "hpctrain/model/model.h"
+#include "hpctrain/train/device.h"
 #include "hpctrain/train/evaluator.h"
 #include "hpctrain/train/trainer.h"
 #include "runtime.h"
@@ -38,9 +42,13 @@ int run_eval(const Args& args) {
 
   const auto bootstrap = start_mpi(parsed.config.log);
   log_banner(*bootstrap, setup.threads);
-  const auto comm = comm::make_communicator(parsed.config.dist.backend, *bootstrap, false, 0);
+  const c10::Device device = train::device_for_rank(setup.use_cuda, bootstrap->topology(),
+                                                    parsed.config.dist.allow_shared_gpu);
+  setup.model->module().to(device);
+  const auto comm = comm::make_communicator(parsed.config.dist.backend, *bootstrap, setup.use_cuda,
+                                            device.is_cuda() ? device.index() : 0);
   const train::EvalResult result = train::evaluate(*setup.model, *setup.eval_split, *comm,
-                                                   parsed.config.train.eval_batch_size);
+                                                   parsed.config.train.eval_batch_size, device);
   log::info("checkpoint {} (step {}, epoch {}, model {})", path, meta.step, meta.epoch, meta.model_name);
   log::info("{}: {} samples, test_loss {:.4f}, test_acc {:.4f}", parsed.config.data.eval_split,
             result.samples, result.loss, result.accuracy);

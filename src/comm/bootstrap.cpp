@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <exception>
+#include <limits>
 
 #include "bootstrap_impl.h"
 #include "hpctrain/core/system.h"
@@ -91,6 +92,12 @@ bool Bootstrap::all_true(bool flag) const {
   int all = 0;
   HT_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, impl_->world));
   return all != 0;
+}
+
+void Bootstrap::allreduce_sum(float* values, std::int64_t count) const {
+  HT_CHECK(count <= std::numeric_limits<int>::max(), "allreduce_sum: more than INT_MAX floats");
+  HT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                             impl_->world));
 }
 
 void Bootstrap::abort_job(int exit_code) {

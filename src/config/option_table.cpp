@@ -218,6 +218,13 @@ std::vector<Option> build_table() {
       row("dist.backend", &C::dist, &DistConfig::backend, "auto",
           "Gradient communication: auto picks nccl for CUDA tensors when built with NCCL, else mpi.",
           one_of({"auto", "mpi", "nccl"})),
+      row("dist.device", &C::dist, &DistConfig::device, "auto",
+          "Where each rank computes: cuda uses the GPU of the rank's node-local rank (among "
+          "CUDA_VISIBLE_DEVICES); auto picks cuda when libtorch sees a GPU, else cpu.",
+          one_of({"auto", "cpu", "cuda"})),
+      row("dist.allow_shared_gpu", &C::dist, &DistConfig::allow_shared_gpu, "false",
+          "Allow more ranks on a node than visible GPUs (ranks share GPUs round-robin); "
+          "otherwise that is an error."),
 
       row("ckpt.save_final", &C::ckpt, &CkptConfig::save_final, "true",
           "Write checkpoints/ckpt-<step>.h5 with the model when training ends."),

@@ -61,4 +61,15 @@ void broadcast_tensors(comm::Communicator& comm, const std::vector<at::Tensor>& 
   }
 }
 
+std::vector<double> sum_over_ranks(comm::Communicator& comm, const std::vector<double>& values,
+                                   c10::Device device) {
+  const auto n = static_cast<std::int64_t>(values.size());
+  // A copy (also on the CPU), so the collective never writes into `values`.
+  at::Tensor sums = at::from_blob(const_cast<double*>(values.data()), {n}, at::kDouble)
+                        .to(device, at::kDouble, /*non_blocking=*/false, /*copy=*/true);
+  comm.allreduce(sums, comm::ReduceOp::kSum)->wait();
+  sums = sums.cpu();
+  return {sums.data_ptr<double>(), sums.data_ptr<double>() + n};
+}
+
 }  // namespace hpctrain::ddp

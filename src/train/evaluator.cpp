@@ -4,34 +4,33 @@
 
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/data/split.h"
+#include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/model/model.h"
 
 namespace hpctrain::train {
 
 EvalResult evaluate(model::Model& model, const data::Split& split, comm::Communicator& comm,
-                    std::int64_t batch_size) {
+                    std::int64_t batch_size, c10::Device device) {
   model.module().eval();
   torch::NoGradGuard no_grad;
   const std::int64_t n = split.size();
   const std::int64_t first = n * comm.rank() / comm.size();
   const std::int64_t last = n * (comm.rank() + 1) / comm.size();
-  double loss_sum = 0.0;
-  double correct = 0.0;
+  // Sums stay on the device until the end: no host synchronization per batch.
+  at::Tensor loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
+  at::Tensor correct = torch::zeros({}, torch::dtype(torch::kInt64).device(device));
   for (std::int64_t start = first; start < last; start += batch_size) {
     const data::Batch batch = split.range(start, std::min(batch_size, last - start));
-    const at::Tensor logits = model.forward(batch.input);
+    const at::Tensor target = batch.target.to(device);
+    const at::Tensor logits = model.forward(batch.input.to(device));
     loss_sum += torch::nn::functional::cross_entropy(
-                    logits, batch.target,
-                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                    .item<double>();
-    correct += logits.argmax(1).eq(batch.target).sum().item<double>();
+        logits, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    correct += logits.argmax(1).eq(target).sum();
   }
-  at::Tensor totals = torch::tensor({loss_sum, correct, static_cast<double>(last - first)},
-                                    torch::kFloat64);
-  comm.allreduce(totals, comm::ReduceOp::kSum)->wait();
-  const double count = totals[2].item<double>();
-  return {totals[0].item<double>() / count, totals[1].item<double>() / count,
-          static_cast<std::int64_t>(count)};
+  const std::vector<double> totals = ddp::sum_over_ranks(
+      comm, {loss_sum.item<double>(), correct.item<double>(), static_cast<double>(last - first)},
+      device);
+  return {totals[0] / totals[2], totals[1] / totals[2], static_cast<std::int64_t>(totals[2])};
 }
 
 }  // namespace hpctrain::train

@@ -17,6 +17,7 @@
 #include "hpctrain/data/loader.h"
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/model/model.h"
+#include "hpctrain/train/device.h"
 #include "hpctrain/train/metrics_writer.h"
 #include "hpctrain/train/optimizer.h"
 #include "hpctrain/train/step_loss.h"
@@ -53,7 +54,8 @@ int configure_threads(const config::TrainConfig& train) {
 }
 
 TrainingSetup prepare_training(const config::Config& config, bool need_train_split) {
-  comm::validate_backend(config.dist.backend, /*cuda=*/false);
+  const bool use_cuda = resolve_use_cuda(config.dist.device, visible_gpus());
+  comm::validate_backend(config.dist.backend, use_cuda);
   const int threads = configure_threads(config.train);
   // Same seed everywhere: every rank builds identical initial weights (rank 0's are broadcast
   // anyway, so a rank with a different libtorch still starts from the same point).
@@ -71,13 +73,14 @@ TrainingSetup prepare_training(const config::Config& config, bool need_train_spl
   const data::Split& any = train_split ? *train_split : *eval_split;
   const model::ModelSpec spec{any.sample_shape(), any.manifest().num_classes};
   auto net = model::make_model(config.model, spec);
-  return {config, std::move(train_split), std::move(eval_split), net, threads};
+  return {config, std::move(train_split), std::move(eval_split), net, threads, use_cuda};
 }
 
 struct Trainer::State {
   TrainingSetup setup;
   comm::Bootstrap& bootstrap;
   RunDirectory run_dir;
+  c10::Device device;
   std::unique_ptr<comm::Communicator> comm;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<ddp::GradSync> grad_sync;
@@ -87,6 +90,7 @@ struct Trainer::State {
 
   State(TrainingSetup s, comm::Bootstrap& b, RunDirectory dir)
       : setup(std::move(s)), bootstrap(b), run_dir(std::move(dir)),
+        device(device_for_rank(setup.use_cuda, b.topology(), setup.config.dist.allow_shared_gpu)),
         metrics(run_dir.metrics_path(), b.world_rank() == 0) {}
 
   const config::Config& config() const { return setup.config; }
@@ -105,7 +109,7 @@ struct Trainer::State {
 
   void train_epoch(std::int64_t epoch, const data::DistributedSampler& sampler);
   void log_progress(std::int64_t epoch, std::int64_t step_in_epoch, std::int64_t steps_per_epoch,
-                    double& loss_sum, double& real_samples, Timer& interval);
+                    at::Tensor& loss_sum, double& real_samples, Timer& interval);
   std::optional<EvalResult> evaluate_epoch(std::int64_t epoch);
   std::string save_checkpoint(std::int64_t epoch);
 };
@@ -113,8 +117,10 @@ struct Trainer::State {
 Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory run_dir)
     : state_(std::make_unique<State>(std::move(setup), bootstrap, std::move(run_dir))) {
   State& s = *state_;
-  s.comm = comm::make_communicator(s.config().dist.backend, bootstrap, /*cuda=*/false, 0);
   torch::nn::Module& module = s.net().module();
+  module.to(s.device);
+  s.comm = comm::make_communicator(s.config().dist.backend, bootstrap, s.setup.use_cuda,
+                                   s.device.is_cuda() ? s.device.index() : 0);
   std::vector<at::Tensor> parameters = module.parameters();
   s.buffers = buffers_of(module);
   std::vector<at::Tensor> everything = parameters;
@@ -127,9 +133,9 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
                      static_cast<std::uint64_t>(bootstrap.world_rank()) + 1);
   std::int64_t count = 0;
   for (const auto& p : parameters) count += p.numel();
-  log::info("model {}: {} parameters in {} tensors, {} buffers; backend {}, {} rank(s)",
-            s.config().model.name, count, parameters.size(), s.buffers.size(), s.comm->backend(),
-            s.comm->size());
+  log::info("model {}: {} parameters in {} tensors, {} buffers; device {}, backend {}, {} rank(s)",
+            s.config().model.name, count, parameters.size(), s.buffers.size(), s.device.str(),
+            s.comm->backend(), s.comm->size());
 }
 
 Trainer::~Trainer() = default;
@@ -145,25 +151,27 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
                       static_cast<int>(config().data.prefetch));
 
   Timer interval;
-  double loss_sum = 0.0;  // over this rank's real samples since the last log line
+  // Over this rank's real samples since the last log line. The loss stays on the device, so a
+  // step never waits for the GPU to report it.
+  at::Tensor loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
   double real_samples = 0.0;
   for (std::int64_t i = 0; i < steps_per_epoch && !step_limit_reached(); ++i) {
     const data::SamplerStep& plan = plans[static_cast<size_t>(i)];
     const data::Batch batch = loader.next();
-    const at::Tensor weights = torch::tensor(plan.weights);
+    const at::Tensor weights = torch::tensor(plan.weights).to(device);
 
     sync_buffers();
     optimizer->zero_grad();
     const at::Tensor losses = torch::nn::functional::cross_entropy(
-        net().forward(batch.input), batch.target,
+        net().forward(batch.input.to(device)), batch.target.to(device),
         torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
     step_loss(losses, weights, comm->size(), plan.global_real).backward();  // Note [Masked mean]
     grad_sync->average_gradients();
     optimizer->step();
     ++step;
 
-    loss_sum += (losses.detach() * weights).sum().item<double>();
-    real_samples += weights.sum().item<double>();
+    loss_sum += (losses.detach() * weights).sum();
+    for (const float w : plan.weights) real_samples += w;
     const bool last = i + 1 == steps_per_epoch || step_limit_reached();
     if (step % config().log.every_steps == 0 || last) log_progress(epoch, i + 1, steps_per_epoch,
                                                                    loss_sum, real_samples, interval);
@@ -171,19 +179,19 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
 }
 
 void Trainer::State::log_progress(std::int64_t epoch, std::int64_t step_in_epoch,
-                                  std::int64_t steps_per_epoch, double& loss_sum,
+                                  std::int64_t steps_per_epoch, at::Tensor& loss_sum,
                                   double& real_samples, Timer& interval) {
   // One small allreduce per log interval: the loss and throughput of the whole job.
-  at::Tensor totals = torch::tensor({loss_sum, real_samples}, torch::kFloat64);
-  comm->allreduce(totals, comm::ReduceOp::kSum)->wait();
-  const double mean_loss = totals[0].item<double>() / totals[1].item<double>();
-  const double samples_per_s = totals[1].item<double>() / interval.elapsed_s();
+  const std::vector<double> totals =
+      ddp::sum_over_ranks(*comm, {loss_sum.item<double>(), real_samples}, device);
+  const double mean_loss = totals[0] / totals[1];
+  const double samples_per_s = totals[1] / interval.elapsed_s();
   const double lr = current_lr(*optimizer);
   log::info("epoch {} step {} ({}/{}) loss {:.4f} lr {:.3g} {:.0f} samples/s", epoch + 1, step,
             step_in_epoch, steps_per_epoch, mean_loss, lr, samples_per_s);
   metrics.write({{"step", step}, {"epoch", epoch + 1}, {"loss", mean_loss}, {"lr", lr},
                  {"samples_per_s", samples_per_s}});
-  loss_sum = 0.0;
+  loss_sum.zero_();
   real_samples = 0.0;
   interval.reset();
 }
@@ -191,7 +199,8 @@ void Trainer::State::log_progress(std::int64_t epoch, std::int64_t step_in_epoch
 std::optional<EvalResult> Trainer::State::evaluate_epoch(std::int64_t epoch) {
   if (!setup.eval_split) return std::nullopt;
   sync_buffers();
-  const EvalResult result = evaluate(net(), *setup.eval_split, *comm, config().train.eval_batch_size);
+  const EvalResult result =
+      evaluate(net(), *setup.eval_split, *comm, config().train.eval_batch_size, device);
   log::info("epoch {} eval on {} ({} samples): test_loss {:.4f} test_acc {:.4f}", epoch + 1,
             config().data.eval_split, result.samples, result.loss, result.accuracy);
   metrics.write({{"epoch", epoch + 1}, {"step", step}, {"test_loss", result.loss},

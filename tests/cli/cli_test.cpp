@@ -106,5 +106,22 @@ TEST(Cli, MissingDatasetIsExitCode3WithNothingWritten) {
   fs::remove_all(dir);
 }
 
+// With no GPU visible (CUDA_VISIBLE_DEVICES empty hides any), asking for one stops every rank
+// before MPI starts, with the way out in the message.
+TEST(Cli, GpuOptionsWithoutAGpuAreExitCode2BeforeAnythingIsWritten) {
+  const std::string dir = make_temp_dir("nogpu");
+  const std::string train = " train --data.path=" + dir + "/none --run.dir=" + dir + "/run ";
+  for (const auto& [options, expect] :
+       {std::pair<std::string, std::string>{"--dist.device=cuda", "libtorch sees no GPU"},
+        {"--dist.device=cpu --dist.backend=nccl", "dist.backend=nccl"}}) {
+    const ProcessResult r = run_command("env CUDA_VISIBLE_DEVICES= " + mpirun(2) + kBin + train + options);
+    EXPECT_EQ(r.exit_code, 2) << options << ": " << r.err;
+    EXPECT_EQ(count_lines_with(r.err, "hpctrain: error:"), 1) << options << ": " << r.err;
+    EXPECT_NE(r.err.find(expect), std::string::npos) << options << ": " << r.err;
+  }
+  EXPECT_FALSE(fs::exists(dir + "/run"));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace hpctrain::testing

@@ -41,6 +41,9 @@ class Bootstrap {
   std::vector<std::string> allgather_string(const std::string& value) const;
   // Collective: the logical AND of every rank's flag.
   bool all_true(bool flag) const;
+  // Collective: element-wise sum over all ranks of `count` floats in host memory, in place, by one
+  // blocking MPI_Allreduce: the reference `hpctrain bench comm` measures communicators against.
+  void allreduce_sum(float* values, std::int64_t count) const;
 
   // Ends every process of the job with `exit_code` (MPI_Abort while MPI runs); never returns.
   [[noreturn]] static void abort_job(int exit_code);

@@ -49,6 +49,8 @@ struct TrainConfig {
 
 struct DistConfig {
   std::string backend;
+  std::string device;             // auto | cpu | cuda
+  bool allow_shared_gpu = false;  // more ranks on a node than visible GPUs: share them round-robin
 };
 
 struct CkptConfig {

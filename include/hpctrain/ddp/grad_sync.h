@@ -6,6 +6,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <vector>
 
@@ -36,5 +37,10 @@ class GradSync {
 // Collective: every rank's `tensors` get the values of rank `root`'s (grouped by dtype into one
 // message each). Shapes and order must match across ranks.
 void broadcast_tensors(comm::Communicator& comm, const std::vector<at::Tensor>& tensors, int root);
+
+// Collective: the element-wise sums of every rank's `values`, as float64, through one allreduce on
+// `device` (the device the communicator carries: a CUDA device for NCCL).
+std::vector<double> sum_over_ranks(comm::Communicator& comm, const std::vector<double>& values,
+                                   c10::Device device);
 
 }  // namespace hpctrain::ddp

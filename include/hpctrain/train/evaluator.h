@@ -3,6 +3,8 @@
 // Depends on comm, data, model.
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 
 namespace hpctrain::comm {
@@ -23,8 +25,8 @@ struct EvalResult {
   std::int64_t samples = 0;
 };
 
-// Collective. Leaves the model in eval mode.
+// Collective. The model lives on `device`; batches are copied there. Leaves it in eval mode.
 EvalResult evaluate(model::Model& model, const data::Split& split, comm::Communicator& comm,
-                    std::int64_t batch_size);
+                    std::int64_t batch_size, c10::Device device);
 
 }  // namespace hpctrain::train

@@ -28,7 +28,8 @@ struct TrainingSetup {
   std::optional<data::Split> train_split;  // absent for evaluation only
   std::optional<data::Split> eval_split;
   std::shared_ptr<model::Model> model;
-  int threads = 1;  // intra-op threads of this rank
+  int threads = 1;        // intra-op threads of this rank
+  bool use_cuda = false;  // dist.device resolved; the GPU index follows once MPI knows the node
 };
 
 // Sets the thread count and seed, reads the data and builds the model. Throws ConfigError/DataError.

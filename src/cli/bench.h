@@ -1,0 +1,37 @@
+// The `hpctrain bench` measurements, one file each, and what they share. Like nccl-tests: untimed
+// warm-up first, timed repetitions reported as medians, every column with its unit, and a
+// correctness check in the same run. Private to src/cli.
+#pragma once
+
+#include <algorithm>
+#include <functional>
+#include <vector>
+
+#include "hpctrain/config/parser.h"
+#include "hpctrain/core/timer.h"
+
+namespace hpctrain::cli {
+
+int bench_data(const config::ParsedArgs& parsed);
+int bench_comm(const config::ParsedArgs& parsed);
+const char* bench_data_usage();
+const char* bench_comm_usage();
+
+inline double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// Seconds of one pass of `work`, `repeats` times after one untimed pass.
+inline std::vector<double> time_passes(int repeats, const std::function<void()>& work) {
+  work();
+  std::vector<double> seconds;
+  for (int r = 0; r < repeats; ++r) {
+    const Timer timer;
+    work();
+    seconds.push_back(timer.elapsed_s());
+  }
+  return seconds;
+}
+
+}  // namespace hpctrain::cli
