@@ -2,6 +2,12 @@
 # marked SYSTEM through the imported target; MPI/HDF5/Boost stay private to the modules that use them.
 find_package(Threads REQUIRED)
 find_package(Torch REQUIRED)
+# A CUDA libtorch exports torch_cuda (and lists TORCH_CUDA_LIBRARIES); the CPU one does neither.
+if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
+  set(HPCTRAIN_TORCH_CUDA ON)
+else()
+  set(HPCTRAIN_TORCH_CUDA OFF)
+endif()
 find_package(MPI REQUIRED COMPONENTS C)
 set(HDF5_PREFER_PARALLEL TRUE)
 find_package(HDF5 REQUIRED COMPONENTS C)
@@ -36,7 +42,8 @@ if(HPCTRAIN_WITH_NCCL)
   find_package(CUDAToolkit QUIET)
   if(CUDAToolkit_FOUND)
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME PATH_SUFFIXES include)
-    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME PATH_SUFFIXES lib lib64)
+    # libnccl.so.2: the nvidia-nccl wheels ship only the versioned name.
+    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME PATH_SUFFIXES lib lib64)
     if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
       file(STRINGS ${NCCL_INCLUDE_DIR}/nccl.h _nccl_major REGEX "^#define NCCL_MAJOR")
       file(STRINGS ${NCCL_INCLUDE_DIR}/nccl.h _nccl_minor REGEX "^#define NCCL_MINOR")

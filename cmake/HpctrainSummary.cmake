@@ -1,7 +1,11 @@
 # One block at the end of configure that says what this build can do.
 message(STATUS "hpctrain ${PROJECT_VERSION} configuration:")
 message(STATUS "  build type      : ${CMAKE_BUILD_TYPE}")
-message(STATUS "  libtorch        : ${Torch_VERSION} (${TORCH_INSTALL_PREFIX})")
+if(HPCTRAIN_TORCH_CUDA)
+  message(STATUS "  libtorch        : ${Torch_VERSION} with CUDA (${TORCH_INSTALL_PREFIX}): dist.device=cuda available")
+else()
+  message(STATUS "  libtorch        : ${Torch_VERSION} CPU only (${TORCH_INSTALL_PREFIX}): dist.device=cpu")
+endif()
 message(STATUS "  MPI             : MPI ${MPI_C_VERSION} (${MPI_C_LIBRARIES})")
 message(STATUS "  HDF5            : ${HDF5_VERSION} (parallel: ${HDF5_IS_PARALLEL})")
 if(HPCTRAIN_HAVE_NCCL)

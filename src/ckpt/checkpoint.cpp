@@ -1,6 +1,7 @@
 #include "hpctrain/ckpt/checkpoint.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -115,7 +116,7 @@ CheckpointMeta read_checkpoint(const std::string& path, const NamedTensors& mode
                           (unexpected.empty() ? "" : " unexpected " + unexpected + ";") +
                           " check model.name and the model options");
   }
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (const auto& [name, tensor] : model) {
     const io::DatasetInfo info = file.info("model/" + name);
     const auto sizes = tensor.sizes();

@@ -170,8 +170,9 @@ std::vector<Option> build_table() {
           "Batches read ahead on a background thread; 0 reads each batch in the training thread.",
           at_least<I>(0)),
       row("data.cache_mb", &C::data, &DataConfig::cache_mb, "256",
-          "HDF5 chunk cache per split and rank, in MiB: random-order epochs after the first are "
-          "served from memory when the rank's split fits.",
+          "Memory per split and rank for its data, in MiB: a split that fits is kept in memory "
+          "once read (shuffled order then costs what file order costs); a larger one is read "
+          "per batch through an HDF5 chunk cache of this size.",
           at_least<I>(1)),
 
       row("model.name", &C::model, &ModelConfig::name, "fashion_cnn",

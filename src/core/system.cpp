@@ -1,8 +1,10 @@
 #include "hpctrain/core/system.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <malloc.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -68,6 +70,24 @@ void publish_atomically(const std::string& temp, const std::string& target) {
   }
   const fs::path parent = fs::path(target).parent_path();
   fsync_path(parent.empty() ? "." : parent.string());
+}
+
+namespace {
+
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
+  return std::remove(path) == 0 ? 0 : errno;
+}
+
+}  // namespace
+
+void remove_tree(const std::string& path) {
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) != 0 && errno == ENOENT) return;
+  // Depth first, links not followed: children go before their directory, nothing outside `path`.
+  const int rc = ::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  if (rc != 0) {
+    throw Error("cannot remove " + path + ": " + std::strerror(rc > 0 ? rc : errno));
+  }
 }
 
 }  // namespace hpctrain::sys

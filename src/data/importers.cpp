@@ -57,7 +57,7 @@ void import_dataset(const std::string& format, const ImportOptions& options) {
   fs::create_directories(out.parent_path());
   const std::string pid = std::to_string(getpid());
   const fs::path temp = out.parent_path() / (out.filename().string() + ".tmp-" + pid);
-  fs::remove_all(temp);
+  sys::remove_tree(temp.string());
   fs::create_directories(temp);
   try {
     log::info("importing {} from {}", format, options.source);
@@ -68,10 +68,12 @@ void import_dataset(const std::string& format, const ImportOptions& options) {
     const fs::path old = out.parent_path() / (out.filename().string() + ".old-" + pid);
     if (fs::exists(out)) fs::rename(out, old);
     sys::publish_atomically(temp.string(), out.string());
-    fs::remove_all(old);
+    sys::remove_tree(old.string());
   } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(temp, ignored);
+    try {
+      sys::remove_tree(temp.string());
+    } catch (const Error&) {  // the import's own error is the one to report
+    }
     throw;
   }
   log::info("wrote {}", out.string());

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 
@@ -31,18 +32,66 @@ io::DType memory_dtype(io::DType stored) {
 
 }  // namespace
 
+// Note [Block cache]: when a split fits in data.cache_mb, its rows are read in blocks of about
+// 1 MiB, each block once, and kept decoded in memory; a batch is then copied row by row from
+// memory, so shuffled order costs what file order costs. A split larger than the budget is read
+// per batch instead, adjacent samples as one hyperslab each, through HDF5's chunk cache.
 struct Split::State {
+  struct Block {
+    std::vector<std::uint8_t> input;  // rows in memory dtype, back to back
+    std::vector<std::int64_t> labels;
+  };
   struct Shard {
     std::int64_t first = 0;  // index of its first sample within the split
     std::int64_t samples = 0;
     io::H5File file;
     io::H5Dataset input;
     io::H5Dataset label;
+    mutable std::vector<std::unique_ptr<const Block>> blocks;  // loaded on first use
   };
   Manifest manifest;
   FieldSpec input_field;
   std::vector<Shard> shards;
   std::int64_t samples = 0;
+  std::int64_t row_bytes = 0;  // one sample's input in memory dtype
+  bool cache_blocks = false;
+  std::int64_t block_rows = 1;
+
+  const Block& block(const Shard& shard, std::int64_t b) const {
+    if (!shard.blocks[static_cast<size_t>(b)]) {
+      auto loaded = std::make_unique<Block>();
+      const std::int64_t first = b * block_rows;
+      const std::int64_t rows = std::min(block_rows, shard.samples - first);
+      loaded->input.resize(static_cast<size_t>(rows * row_bytes));
+      loaded->labels.resize(static_cast<size_t>(rows));
+      shard.input.read_rows(memory_dtype(input_field.dtype), first, rows, loaded->input.data());
+      shard.label.read_rows(io::DType::kInt64, first, rows, loaded->labels.data());
+      check_labels(loaded->labels.data(), rows);
+      shard.blocks[static_cast<size_t>(b)] = std::move(loaded);
+    }
+    return *shard.blocks[static_cast<size_t>(b)];
+  }
+
+  void check_labels(const std::int64_t* labels, std::int64_t count) const {
+    if (manifest.num_classes <= 0) return;
+    for (std::int64_t i = 0; i < count; ++i) {
+      if (labels[i] < 0 || labels[i] >= manifest.num_classes) {
+        throw DataError("dataset '" + manifest.name + "' has a label " + std::to_string(labels[i]) +
+                        " outside [0, " + std::to_string(manifest.num_classes) + ")");
+      }
+    }
+  }
+
+  void check_index(std::int64_t index) const {
+    if (index < 0 || index >= samples) {
+      throw DataError("sample index " + std::to_string(index) + " is outside the split's " +
+                      std::to_string(samples) + " samples");
+    }
+  }
+
+  void gather_cached(const std::vector<std::int64_t>& indices, std::uint8_t* input,
+                     std::int64_t* target) const;
+  void gather_runs(const std::vector<std::int64_t>& indices, at::Tensor& raw, at::Tensor& target) const;
 
   const Shard& shard_of(std::int64_t index) const {
     const auto it = std::upper_bound(shards.begin(), shards.end(), index,
@@ -65,20 +114,28 @@ Split Split::load(const std::string& dataset_dir, const std::string& split_name,
   state->input_field = m.fields.front();
   const FieldSpec& label_field = m.field("label");
   if (!label_field.shape.empty()) throw DataError(dataset_dir + ": 'label' must be a scalar per sample");
-  // The cache budget is shared by the shards in proportion to their size.
-  const std::int64_t split_bytes = spec.samples() * row_bytes(state->input_field);
+  state->row_bytes = row_bytes(state->input_field) / io::dtype_size(state->input_field.dtype) *
+                     io::dtype_size(memory_dtype(state->input_field.dtype));
+  state->block_rows = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / state->row_bytes);
+  const std::int64_t split_bytes = spec.samples() * (state->row_bytes + 8);
+  state->cache_blocks = split_bytes <= cache_bytes;
   for (const auto& shard : spec.shards) {
     const std::string path = (std::filesystem::path(dataset_dir) / shard.file).string();
     if (!std::filesystem::exists(path)) throw DataError(path + ": shard listed in the manifest is missing");
     io::H5File file = io::H5File::open_read(path, ExitCode::kData);
     check_shard_field(file, shard, state->input_field);
     check_shard_field(file, shard, label_field);
-    const std::int64_t share = cache_bytes * (shard.samples * row_bytes(state->input_field)) /
-                               std::max<std::int64_t>(1, split_bytes);
+    // Blocks are read once: HDF5 then needs no cache beyond the chunks one block spans. Otherwise
+    // the budget is shared by the shards in proportion to their size.
+    const std::int64_t share = state->cache_blocks
+                                   ? std::int64_t{4} << 20
+                                   : cache_bytes * shard.samples / std::max<std::int64_t>(1, spec.samples());
     io::H5Dataset input = file.open_dataset(state->input_field.name, share);
     io::H5Dataset label = file.open_dataset(label_field.name, std::int64_t{1} << 20);
-    state->shards.push_back(
-        State::Shard{state->samples, shard.samples, std::move(file), std::move(input), std::move(label)});
+    const std::int64_t blocks = state->cache_blocks ? (shard.samples + state->block_rows - 1) / state->block_rows : 0;
+    state->shards.push_back(State::Shard{state->samples, shard.samples, std::move(file),
+                                         std::move(input), std::move(label),
+                                         std::vector<std::unique_ptr<const State::Block>>(static_cast<size_t>(blocks))});
     state->samples += shard.samples;
   }
   Split out;
@@ -90,6 +147,67 @@ std::int64_t Split::size() const { return state_->samples; }
 const Manifest& Split::manifest() const { return state_->manifest; }
 std::vector<std::int64_t> Split::sample_shape() const { return state_->input_field.shape; }
 
+void Split::State::gather_cached(const std::vector<std::int64_t>& indices, std::uint8_t* input,
+                                 std::int64_t* target) const {
+  const auto row = static_cast<size_t>(row_bytes);
+  for (size_t k = 0; k < indices.size();) {
+    const std::int64_t index = indices[k];
+    check_index(index);
+    const Shard& shard = shard_of(index);
+    const std::int64_t local = index - shard.first;
+    const Block& b = block(shard, local / block_rows);
+    const std::int64_t offset = local % block_rows;
+    // Consecutive indices in the same block are copied as one run (file order: whole blocks).
+    std::int64_t run = 1;
+    const auto block_left = static_cast<std::int64_t>(b.labels.size()) - offset;
+    while (run < block_left && k + static_cast<size_t>(run) < indices.size() &&
+           indices[k + static_cast<size_t>(run)] == index + run) {
+      ++run;
+    }
+    std::memcpy(input, b.input.data() + static_cast<size_t>(offset) * row, static_cast<size_t>(run) * row);
+    std::memcpy(target, b.labels.data() + offset, static_cast<size_t>(run) * sizeof(std::int64_t));
+    input += static_cast<size_t>(run) * row;
+    target += run;
+    k += static_cast<size_t>(run);
+  }
+}
+
+void Split::State::gather_runs(const std::vector<std::int64_t>& indices, at::Tensor& raw,
+                               at::Tensor& target) const {
+  // Visit the batch in index order, so adjacent samples form runs read as one hyperslab each.
+  std::vector<std::int64_t> by_index(indices.size());
+  std::iota(by_index.begin(), by_index.end(), 0);
+  std::stable_sort(by_index.begin(), by_index.end(),
+                   [&](std::int64_t a, std::int64_t b) { return indices[a] < indices[b]; });
+  const auto row = static_cast<size_t>(row_bytes);
+  std::vector<std::uint8_t> rows;
+  std::vector<std::int64_t> labels;
+  auto* out = static_cast<std::uint8_t*>(raw.data_ptr());
+  auto* out_target = target.data_ptr<std::int64_t>();
+  for (size_t begin = 0; begin < by_index.size();) {
+    const std::int64_t first = indices[by_index[begin]];
+    check_index(first);
+    const Shard& shard = shard_of(first);
+    size_t end = begin + 1;
+    while (end < by_index.size() && indices[by_index[end]] == indices[by_index[end - 1]] + 1 &&
+           indices[by_index[end]] < shard.first + shard.samples) {
+      ++end;
+    }
+    const auto run = static_cast<std::int64_t>(end - begin);
+    rows.resize(static_cast<size_t>(run) * row);
+    labels.resize(static_cast<size_t>(run));
+    shard.input.read_rows(memory_dtype(input_field.dtype), first - shard.first, run, rows.data());
+    shard.label.read_rows(io::DType::kInt64, first - shard.first, run, labels.data());
+    check_labels(labels.data(), run);
+    for (size_t k = begin; k < end; ++k) {
+      const auto slot = static_cast<size_t>(by_index[k]);
+      std::memcpy(out + slot * row, rows.data() + (k - begin) * row, row);
+      out_target[slot] = labels[k - begin];
+    }
+    begin = end;
+  }
+}
+
 Batch Split::gather(const std::vector<std::int64_t>& indices) const {
   const State& s = *state_;
   const auto count = static_cast<std::int64_t>(indices.size());
@@ -97,48 +215,24 @@ Batch Split::gather(const std::vector<std::int64_t>& indices) const {
   shape.insert(shape.end(), s.input_field.shape.begin(), s.input_field.shape.end());
   at::Tensor raw = at::empty(shape, at::TensorOptions().dtype(scalar_type(s.input_field.dtype)));
   at::Tensor target = at::empty({count}, at::TensorOptions().dtype(at::kLong));
+  if (s.cache_blocks) {
+    s.gather_cached(indices, static_cast<std::uint8_t*>(raw.data_ptr()), target.data_ptr<std::int64_t>());
+  } else {
+    s.gather_runs(indices, raw, target);
+  }
+  return {raw, target};
+}
 
-  // Visit the batch in index order, so adjacent samples form runs read as one hyperslab each.
-  std::vector<std::int64_t> by_index(indices.size());
-  std::iota(by_index.begin(), by_index.end(), 0);
-  std::stable_sort(by_index.begin(), by_index.end(),
-                   [&](std::int64_t a, std::int64_t b) { return indices[a] < indices[b]; });
-  for (size_t begin = 0; begin < by_index.size();) {
-    const std::int64_t first = indices[by_index[begin]];
-    if (first < 0 || first >= s.samples) {
-      throw DataError("sample index " + std::to_string(first) + " is outside the split's " +
-                      std::to_string(s.samples) + " samples");
-    }
-    const State::Shard& shard = s.shard_of(first);
-    size_t end = begin + 1;
-    while (end < by_index.size() && indices[by_index[end]] == indices[by_index[end - 1]] + 1 &&
-           indices[by_index[end]] < shard.first + shard.samples) {
-      ++end;
-    }
-    const auto run = static_cast<std::int64_t>(end - begin);
-    std::vector<std::int64_t> run_shape = shape;
-    run_shape[0] = run;
-    at::Tensor rows = at::empty(run_shape, raw.options());
-    at::Tensor labels = at::empty({run}, target.options());
-    shard.input.read_rows(memory_dtype(s.input_field.dtype), first - shard.first, run, rows.data_ptr());
-    shard.label.read_rows(io::DType::kInt64, first - shard.first, run, labels.data_ptr());
-    const at::Tensor slots = at::tensor(std::vector<std::int64_t>(by_index.begin() + begin, by_index.begin() + end),
-                                        at::TensorOptions().dtype(at::kLong));
-    raw.index_copy_(0, slots, rows);
-    target.index_copy_(0, slots, labels);
-    begin = end;
-  }
-  if (s.manifest.num_classes > 0 && count > 0 &&
-      (target.min().item<std::int64_t>() < 0 || target.max().item<std::int64_t>() >= s.manifest.num_classes)) {
-    throw DataError("dataset '" + s.manifest.name + "' has a label outside [0, " +
-                    std::to_string(s.manifest.num_classes) + ")");
-  }
-  at::Tensor input = raw.to(at::kFloat);
+at::Tensor Split::normalize(const at::Tensor& raw) const {
+  const Manifest& m = state_->manifest;
+  // A copy also when `raw` is float32 already (to() would return `raw` itself): never in place.
+  at::Tensor input = raw.scalar_type() == at::kFloat ? raw.clone() : raw.to(at::kFloat);
   // Integer pixels are scaled to [0, 1] first, as torchvision's ToTensor does.
   if (raw.scalar_type() == at::kByte) input.div_(255.0);
-  input.sub_(s.manifest.input_mean).div_(s.manifest.input_std);
-  return {input, target};
+  return input.sub_(m.input_mean).div_(m.input_std);
 }
+
+bool Split::caches_blocks() const { return state_->cache_blocks; }
 
 Batch Split::range(std::int64_t first, std::int64_t count) const {
   std::vector<std::int64_t> indices(static_cast<size_t>(count));

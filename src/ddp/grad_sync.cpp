@@ -1,6 +1,7 @@
 #include "hpctrain/ddp/grad_sync.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <map>
 
@@ -53,7 +54,7 @@ void broadcast_tensors(comm::Communicator& comm, const std::vector<at::Tensor>& 
     at::Tensor packed = at::cat(flat_views);
     comm.broadcast(packed, root)->wait();
     std::int64_t offset = 0;
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (auto& t : group) {
       t.detach().copy_(packed.narrow(0, offset, t.numel()).view(t.sizes()));
       offset += t.numel();

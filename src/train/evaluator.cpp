@@ -22,7 +22,7 @@ EvalResult evaluate(model::Model& model, const data::Split& split, comm::Communi
   for (std::int64_t start = first; start < last; start += batch_size) {
     const data::Batch batch = split.range(start, std::min(batch_size, last - start));
     const at::Tensor target = batch.target.to(device);
-    const at::Tensor logits = model.forward(batch.input.to(device));
+    const at::Tensor logits = model.forward(split.normalize(batch.input.to(device)));
     loss_sum += torch::nn::functional::cross_entropy(
         logits, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
     correct += logits.argmax(1).eq(target).sum();

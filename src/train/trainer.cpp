@@ -163,7 +163,7 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
     sync_buffers();
     optimizer->zero_grad();
     const at::Tensor losses = torch::nn::functional::cross_entropy(
-        net().forward(batch.input.to(device)), batch.target.to(device),
+        net().forward(setup.train_split->normalize(batch.input.to(device))), batch.target.to(device),
         torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
     step_loss(losses, weights, comm->size(), plan.global_real).backward();  // Note [Masked mean]
     grad_sync->average_gradients();

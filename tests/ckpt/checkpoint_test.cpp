@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "hpctrain/core/error.h"
+#include "hpctrain/core/system.h"
 
 namespace hpctrain::ckpt {
 namespace {
@@ -18,7 +19,7 @@ class CheckpointTest : public ::testing::Test {
   void SetUp() override {
     dir_ = (fs::temp_directory_path() / ("hpctrain_ckpt_" + std::to_string(::getpid()))).string();
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { hpctrain::sys::remove_tree(dir_); }
   std::string dir_;
 };
 

@@ -7,6 +7,7 @@
 
 #include "hpctrain/config/option_table.h"
 #include "process.h"
+#include "hpctrain/core/system.h"
 
 namespace hpctrain::testing {
 namespace {
@@ -77,7 +78,7 @@ TEST_P(CliConfigErrors, ExitCode2OneLineNothingWritten) {
     EXPECT_NE(r.err.find(bad.expect), std::string::npos) << bad.name << ": " << r.err;
     EXPECT_FALSE(fs::exists(dir + "/run")) << bad.name;
   }
-  fs::remove_all(dir);
+  hpctrain::sys::remove_tree(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -103,7 +104,7 @@ TEST(Cli, MissingDatasetIsExitCode3WithNothingWritten) {
   EXPECT_EQ(count_lines_with(r.err, "hpctrain: error:"), 1) << r.err;
   EXPECT_NE(r.err.find("hpctrain prepare"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir + "/run"));
-  fs::remove_all(dir);
+  hpctrain::sys::remove_tree(dir);
 }
 
 // With no GPU visible (CUDA_VISIBLE_DEVICES empty hides any), asking for one stops every rank
@@ -120,7 +121,7 @@ TEST(Cli, GpuOptionsWithoutAGpuAreExitCode2BeforeAnythingIsWritten) {
     EXPECT_NE(r.err.find(expect), std::string::npos) << options << ": " << r.err;
   }
   EXPECT_FALSE(fs::exists(dir + "/run"));
-  fs::remove_all(dir);
+  hpctrain::sys::remove_tree(dir);
 }
 
 }  // namespace

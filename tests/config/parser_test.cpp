@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "hpctrain/core/error.h"
+#include "hpctrain/core/system.h"
 
 namespace hpctrain::config {
 namespace {
@@ -18,7 +19,7 @@ class ParserTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("hpctrain_parser_" + std::to_string(::getpid()));
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { hpctrain::sys::remove_tree(dir_); }
 
   std::string write_ini(const std::string& text) {
     const std::string path = (dir_ / "test.ini").string();

@@ -33,7 +33,23 @@ TEST(System, PublishAtomicallyReplacesAFileAndLeavesNoTemp) {
   EXPECT_EQ(text, "new");
   EXPECT_FALSE(fs::exists(dir / "temp"));
   EXPECT_THROW(publish_atomically((dir / "missing").string(), (dir / "x").string()), Error);
-  fs::remove_all(dir);
+  remove_tree(dir);
+}
+
+TEST(System, RemoveTreeRemovesEverythingBelowButNotWhatLinksPointAt) {
+  const fs::path dir = fs::temp_directory_path() / ("hpctrain_tree_" + std::to_string(::getpid()));
+  const fs::path outside = dir.string() + "_outside";
+  fs::create_directories(dir / "a" / "b");
+  fs::create_directories(outside);
+  std::ofstream(dir / "a" / "b" / "file") << "x";
+  std::ofstream(outside / "keep") << "y";
+  fs::create_directory_symlink(outside, dir / "a" / "link");
+  remove_tree(dir);
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_TRUE(fs::exists(outside / "keep"));  // the link went, not its target's content
+  remove_tree(dir);                           // already gone: nothing to do
+  remove_tree(outside);
+  EXPECT_FALSE(fs::exists(outside));
 }
 
 TEST(System, HostNameIsKnown) { EXPECT_FALSE(host_name().empty()); }

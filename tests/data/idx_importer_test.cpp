@@ -12,6 +12,7 @@
 #include "hpctrain/data/importers.h"
 #include "hpctrain/data/manifest.h"
 #include "hpctrain/data/split.h"
+#include "hpctrain/core/system.h"
 
 namespace hpctrain::data {
 namespace {
@@ -42,10 +43,10 @@ class IdxImporterTest : public ::testing::Test {
  protected:
   void SetUp() override {
     root_ = fs::temp_directory_path() / ("hpctrain_idx_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
+    hpctrain::sys::remove_tree(root_);
     fs::create_directories(root_ / "raw");
   }
-  void TearDown() override { fs::remove_all(root_); }
+  void TearDown() override { hpctrain::sys::remove_tree(root_); }
 
   // n images of 4x3 pixels with pixel value (i*12 + j) % 256, label i % 10.
   void write_split(const std::string& prefix, std::uint32_t n, bool gzip) {
@@ -82,10 +83,12 @@ TEST_F(IdxImporterTest, RoundTripsEveryPixelAndLabelAcrossShards) {
   std::vector<std::int64_t> all(25);
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
   const Batch batch = train.gather(all);
-  // Undo the normalization to get the stored bytes back.
-  const at::Tensor pixels = (batch.input * m.input_std + m.input_mean) * 255.0;
+  ASSERT_EQ(batch.input.scalar_type(), at::kByte);  // the stored bytes, exactly
+  const at::Tensor normalized = train.normalize(batch.input);
   for (std::int64_t j = 0; j < 25 * 12; ++j) {
-    ASSERT_NEAR(pixels.flatten()[j].item<double>(), static_cast<double>((j * 7) % 256), 1e-3) << j;
+    const double pixel = static_cast<double>((j * 7) % 256);
+    ASSERT_EQ(batch.input.flatten()[j].item<std::int64_t>(), (j * 7) % 256) << j;
+    ASSERT_NEAR(normalized.flatten()[j].item<double>(), (pixel / 255.0 - m.input_mean) / m.input_std, 1e-5) << j;
   }
   for (std::int64_t i = 0; i < 25; ++i) ASSERT_EQ(batch.target[i].item<std::int64_t>(), i % 10);
 }

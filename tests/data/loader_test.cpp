@@ -11,6 +11,7 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/data/distributed_sampler.h"
 #include "hpctrain/data/shard_writer.h"
+#include "hpctrain/core/system.h"
 
 namespace hpctrain::data {
 namespace {
@@ -22,7 +23,7 @@ class LoaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = (fs::temp_directory_path() / ("hpctrain_loader_" + std::to_string(::getpid()))).string();
-    fs::remove_all(dir_);
+    hpctrain::sys::remove_tree(dir_);
     fs::create_directories(dir_);
     std::vector<float> x;
     std::vector<std::int64_t> y;
@@ -40,26 +41,75 @@ class LoaderTest : public ::testing::Test {
     m.splits["train"] = write_split(dir_, "train", m.fields, {x.data(), y.data()}, 50, sharding);
     m.save(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { hpctrain::sys::remove_tree(dir_); }
   std::string dir_;
 };
 
+// Both read paths (Note [Block cache]): the split held in memory, and per-batch hyperslab runs
+// when the cache budget (here 1 byte) is too small for it.
+constexpr std::int64_t kFits = std::int64_t{256} << 20;
+constexpr std::int64_t kTooSmall = 1;
+
 TEST_F(LoaderTest, GatherReturnsSamplesInBatchOrderAcrossShardsAndRepeats) {
-  const Split split = Split::load(dir_, "train");
-  EXPECT_EQ(split.size(), 50);
-  const std::vector<std::int64_t> indices{49, 0, 12, 13, 14, 37, 12, 25};
-  const Batch batch = split.gather(indices);
-  for (size_t k = 0; k < indices.size(); ++k) {
-    EXPECT_EQ(batch.input[static_cast<std::int64_t>(k)][0].item<float>(), static_cast<float>(indices[k]));
-    EXPECT_EQ(batch.input[static_cast<std::int64_t>(k)][1].item<float>(), -static_cast<float>(indices[k]));
-    EXPECT_EQ(batch.target[static_cast<std::int64_t>(k)].item<std::int64_t>(), indices[k] % 5);
+  for (const std::int64_t cache : {kFits, kTooSmall}) {
+    const Split split = Split::load(dir_, "train", cache);
+    EXPECT_EQ(split.caches_blocks(), cache == kFits);
+    EXPECT_EQ(split.size(), 50);
+    const std::vector<std::int64_t> indices{49, 0, 12, 13, 14, 37, 12, 25};
+    const Batch batch = split.gather(indices);
+    for (size_t k = 0; k < indices.size(); ++k) {
+      EXPECT_EQ(batch.input[static_cast<std::int64_t>(k)][0].item<float>(), static_cast<float>(indices[k]));
+      EXPECT_EQ(batch.input[static_cast<std::int64_t>(k)][1].item<float>(), -static_cast<float>(indices[k]));
+      EXPECT_EQ(batch.target[static_cast<std::int64_t>(k)].item<std::int64_t>(), indices[k] % 5);
+    }
+    EXPECT_TRUE(at::equal(split.range(10, 5).target, at::tensor({0, 1, 2, 3, 4}, at::kLong)));
+    EXPECT_THROW(split.gather({50}), DataError);
+    EXPECT_THROW(split.gather({-1}), DataError);
   }
-  EXPECT_TRUE(at::equal(split.range(10, 5).target, at::tensor({0, 1, 2, 3, 4}, at::kLong)));
-  EXPECT_THROW(split.gather({50}), DataError);
+}
+
+// Rows of 256 KiB make blocks of 4 rows, so shards of 12 and 13 rows span several blocks each,
+// the last one partial.
+TEST(LoaderBlocks, RowsComeFromTheRightBlockOfTheRightShard) {
+  const std::string dir =
+      (fs::temp_directory_path() / ("hpctrain_blocks_" + std::to_string(::getpid()))).string();
+  hpctrain::sys::remove_tree(dir);
+  fs::create_directories(dir);
+  constexpr std::int64_t kWidth = 65536;
+  constexpr std::int64_t kSamples = 50;
+  std::vector<float> x(static_cast<size_t>(kSamples * kWidth));
+  std::vector<std::int64_t> y;
+  for (std::int64_t i = 0; i < kSamples; ++i) {
+    x[static_cast<size_t>(i * kWidth)] = static_cast<float>(i);
+    x[static_cast<size_t>(i * kWidth + kWidth - 1)] = static_cast<float>(-i);
+    y.push_back(i % 7);
+  }
+  Manifest m;
+  m.name = "wide";
+  m.num_classes = 7;
+  m.fields = {{"input", io::DType::kFloat32, {kWidth}}, {"label", io::DType::kInt64, {}}};
+  ShardingOptions sharding;
+  sharding.shards = 4;
+  m.splits["train"] = write_split(dir, "train", m.fields, {x.data(), y.data()}, kSamples, sharding);
+  m.save(dir);
+
+  const Split split = Split::load(dir, "train", kFits);
+  ASSERT_TRUE(split.caches_blocks());
+  std::vector<std::int64_t> indices(kSamples);
+  for (std::int64_t i = 0; i < kSamples; ++i) indices[static_cast<size_t>(i)] = (i * 17) % kSamples;
+  const Batch batch = split.gather(indices);
+  for (std::int64_t k = 0; k < kSamples; ++k) {
+    const std::int64_t i = indices[static_cast<size_t>(k)];
+    ASSERT_EQ(batch.input[k][0].item<float>(), static_cast<float>(i)) << k;
+    ASSERT_EQ(batch.input[k][kWidth - 1].item<float>(), static_cast<float>(-i)) << k;
+    ASSERT_EQ(batch.target[k].item<std::int64_t>(), i % 7) << k;
+  }
+  hpctrain::sys::remove_tree(dir);
 }
 
 TEST_F(LoaderTest, BatchesFollowTheSamplerAtEveryPrefetchDepth) {
-  const Split split = Split::load(dir_, "train");
+  for (const std::int64_t cache : {kFits, kTooSmall}) {
+  const Split split = Split::load(dir_, "train", cache);
   SamplerOptions options;
   options.dataset_size = 50;
   options.world_size = 3;
@@ -81,6 +131,7 @@ TEST_F(LoaderTest, BatchesFollowTheSamplerAtEveryPrefetchDepth) {
       }
     }
     EXPECT_THROW(loader.next(), Error);  // past the last step
+  }
   }
 }
 

@@ -13,6 +13,7 @@
 #include "hpctrain/data/manifest.h"
 #include "hpctrain/data/split.h"
 #include "hpctrain/io/h5_file.h"
+#include "hpctrain/core/system.h"
 
 namespace hpctrain::data {
 namespace {
@@ -38,10 +39,10 @@ class ImporterTest : public ::testing::Test {
  protected:
   void SetUp() override {
     root_ = fs::temp_directory_path() / ("hpctrain_imp_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
+    hpctrain::sys::remove_tree(root_);
     fs::create_directories(root_ / "src");
   }
-  void TearDown() override { fs::remove_all(root_); }
+  void TearDown() override { hpctrain::sys::remove_tree(root_); }
   ImportOptions options() const {
     ImportOptions o;
     o.source = (root_ / "src").string();
@@ -72,9 +73,11 @@ TEST_F(ImporterTest, NpyRoundTripsFloatsAndLabelsAndHoldsOutATestSplit) {
 
   const Split test = Split::load(o.out, "test");
   const Batch batch = test.range(0, 5);
-  const at::Tensor raw = batch.input * m.input_std + m.input_mean;
+  const at::Tensor normalized = test.normalize(batch.input);
   for (std::int64_t i = 0; i < 15; ++i) {
-    EXPECT_NEAR(raw.flatten()[i].item<double>(), x[static_cast<size_t>(45 + i)], 1e-4);
+    const double stored = x[static_cast<size_t>(45 + i)];
+    EXPECT_EQ(batch.input.flatten()[i].item<double>(), static_cast<double>(static_cast<float>(stored)));
+    EXPECT_NEAR(normalized.flatten()[i].item<double>(), (stored - m.input_mean) / m.input_std, 1e-4);
   }
   EXPECT_EQ(batch.target[0].item<std::int64_t>(), 15 % 4);
 }

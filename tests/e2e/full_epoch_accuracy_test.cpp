@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "process.h"
+#include "hpctrain/core/system.h"
 
 namespace hpctrain::testing {
 namespace {
@@ -30,7 +31,7 @@ TEST(FullEpoch, FashionCnnTwoRanksReaches85PercentInOneEpoch) {
     if (record.contains("test_acc")) accuracy = record["test_acc"].get<double>();
   }
   EXPECT_GE(accuracy, 0.85) << t.err;
-  std::filesystem::remove_all(work);
+  hpctrain::sys::remove_tree(work);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "process.h"
+#include "hpctrain/core/system.h"
 
 namespace hpctrain::testing {
 namespace {
@@ -39,7 +40,7 @@ class TrainEndToEnd : public ::testing::Test {
                                         " --out " + data_ + " --limit 3000 --shards 3");
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
-  static void TearDownTestSuite() { fs::remove_all(work_); }
+  static void TearDownTestSuite() { hpctrain::sys::remove_tree(work_); }
 
   static std::string work_;
   static std::string data_;
@@ -209,7 +210,7 @@ TEST_F(TrainEndToEnd, InspectVerifyNamesTheCorruptedShardAndField) {
   EXPECT_EQ(missing.exit_code, 3);
   EXPECT_NE(missing.err.find("test-00002.h5: shard listed in the manifest is missing"), std::string::npos)
       << missing.err;
-  fs::remove_all(copy);
+  hpctrain::sys::remove_tree(copy);
 }
 
 TEST_F(TrainEndToEnd, BenchDataReportsEveryCaseAndPassesItsCheck) {

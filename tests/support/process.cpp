@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "hpctrain/core/system.h"
+
 namespace hpctrain::testing {
 
 std::string read_file(const std::string& path) {
@@ -29,7 +31,7 @@ ProcessResult run_command(const std::string& command) {
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   result.err = read_file(err_path);
-  std::filesystem::remove_all(std::filesystem::path(err_path).parent_path());
+  hpctrain::sys::remove_tree(std::filesystem::path(err_path).parent_path());
   return result;
 }
 

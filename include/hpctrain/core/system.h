@@ -20,4 +20,10 @@ void tune_allocator();
 // content, never a half-written one. Throws hpctrain::Error with errno's text on failure.
 void publish_atomically(const std::string& temp, const std::string& target);
 
+// Removes `path` and everything below it, like `rm -rf`; nothing to do if it does not exist.
+// Throws hpctrain::Error naming the entry that could not be removed. Use it instead of
+// std::filesystem::remove_all: the libtorch of pip's torch wheels exports its own copy of that
+// function, which the dynamic linker binds first and which crashes when called.
+void remove_tree(const std::string& path);
+
 }  // namespace hpctrain::sys

@@ -1,9 +1,9 @@
-// One split of a dataset (e.g. "train"), read on demand from its HDF5 shards: a batch of sample
-// indices becomes runs of adjacent rows, each read as one hyperslab, and the rows are put back in
-// batch order. Only the samples asked for are read, so each rank reads its own part. Each shard's
-// datasets stay open with a chunk cache (data.cache_mb per split), so random-order epochs after the
-// first are served from memory. Not thread-safe; see io/h5_file.h on HDF5 and threads.
-// Depends on core, io, data/manifest and ATen.
+// One split of a dataset (e.g. "train"), read on demand from its HDF5 shards. Two ways, chosen by
+// size (Note [Block cache] in split.cpp): a split that fits in data.cache_mb is read in blocks of
+// about 1 MiB as batches first touch them and then served from memory (over its epochs a rank sees
+// every sample anyway, so reading each block once is the least I/O); a larger split is read per
+// batch, only the samples asked for, adjacent ones as one hyperslab, through HDF5's chunk cache.
+// Not thread-safe; see io/h5_file.h on HDF5 and threads. Depends on core, io, data/manifest, ATen.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -18,7 +18,7 @@
 namespace hpctrain::data {
 
 struct Batch {
-  at::Tensor input;   // float32 [B, ...sample shape], normalized
+  at::Tensor input;   // [B, ...sample shape] as stored (uint8 pixels stay uint8); see normalize()
   at::Tensor target;  // int64 [B]
 };
 
@@ -37,6 +37,14 @@ class Split {
   Batch gather(const std::vector<std::int64_t>& indices) const;
   // Samples [first, first + count).
   Batch range(std::int64_t first, std::int64_t count) const;
+
+  // A batch's input as the model takes it: float32, integer pixels scaled to [0, 1], then the
+  // manifest's mean and std applied. Runs where `raw` is, so on a GPU the copy is of the
+  // stored bytes (4x fewer for uint8) and the arithmetic is the GPU's.
+  at::Tensor normalize(const at::Tensor& raw) const;
+
+  // True when the whole split fits in the cache budget and is held in memory in blocks once read.
+  bool caches_blocks() const;
 
  private:
   struct State;

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Proves hpctrain's GPU path on a machine with an NVIDIA GPU and a CUDA-enabled PyTorch: builds
+# hpctrain against that torch's libtorch, runs the checks below and ends with a summary table.
+# CI has no GPU; run this whenever one is at hand and record the table in docs/benchmarks.md.
+#
+# usage: jobs/bench/gpu-verify.sh [--deps PREFIX] [--fashion-mnist DIR] [--out DIR]
+#   --deps PREFIX        MPI/HDF5/Boost/spdlog/fmt/json/gtest from jobs/bench/pack-deps.sh, for a
+#                        GPU machine without those development files
+#   --fashion-mnist DIR  the four Fashion-MNIST IDX .gz files
+#                        (default /usr/share/datasets/fashion-mnist)
+#   --out DIR            build, logs and results (default build/gpu-verify)
+# Needs nvidia-smi, python3 with a CUDA torch, CMake >= 3.22, a C++17 compiler and the CUDA
+# toolkit; NCCL from the toolkit, $NCCL_HOME, or the nvidia-nccl wheel torch depends on.
+#
+# Checks, each with a time limit so the whole script stays within 10 minutes:
+#   configure+build, hpctrain --version, the unit, cli and mpi tests, bench comm (nccl and mpi),
+#   bench data, fashion_cnn trained on the GPU with NCCL to >= 0.85 test accuracy, the same
+#   steps on the CPU for scale, and the same training in PyTorch eager on the same GPU.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+
+deps=""
+fmnist=/usr/share/datasets/fashion-mnist
+out=build/gpu-verify
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --deps) deps=$(realpath "$2"); shift 2 ;;
+    --fashion-mnist) fmnist=$(realpath "$2"); shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "gpu-verify.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out"
+out=$(realpath "$out")
+build="$out/build"
+bin="$build/src/hpctrain"
+summary="$out/summary.txt"
+: > "$summary"
+
+source jobs/env.sh
+if [ -n "$deps" ]; then
+  # shellcheck source=jobs/bench/deps-env.sh
+  source jobs/bench/deps-env.sh "$deps"
+fi
+
+# One row of the summary: name, PASS/FAIL, seconds, a short result.
+record() { printf '%-28s %-5s %7s  %s\n' "$1" "$2" "$3" "$4" | tee -a "$summary"; }
+
+# Runs "$@" with a time limit (cut to what is left of the 10 minutes), logging to
+# $out/<name>.log; sets $status and $seconds.
+deadline=${GPU_VERIFY_SECONDS:-590}
+run_step() {
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  [ $((deadline - SECONDS)) -lt "$limit" ] && limit=$((deadline - SECONDS))
+  if [ "$limit" -le 5 ]; then
+    echo "=== $name: skipped, out of time" | tee "$out/$name.log"
+    status=SKIP seconds=0
+    return
+  fi
+  echo "=== $name: $*" | tee "$out/$name.log"
+  timeout --kill-after=10 "$limit" "$@" >>"$out/$name.log" 2>&1
+  local rc=$?
+  seconds=$((SECONDS - start))
+  if [ $rc -eq 0 ]; then status=PASS; else status=FAIL; fi
+  [ $rc -eq 124 ] && echo "(timed out after $limit s)" >>"$out/$name.log"
+  tail -n 25 "$out/$name.log"
+}
+
+echo "=== machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/machine.txt"
+torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+torch_info=$(python3 -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)')
+echo "torch $torch_info at $torch_prefix" | tee -a "$out/machine.txt"
+(nvcc --version | tail -n 1; cmake --version | head -n 1; c++ --version | head -n 1) | tee -a "$out/machine.txt"
+
+# NCCL: the toolkit's, $NCCL_HOME's, or else the wheel's that torch itself loads.
+nccl_args=()
+if [ -z "${NCCL_HOME:-}" ] && ! ls /usr/local/cuda/include/nccl.h >/dev/null 2>&1; then
+  nccl_dir=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)
+  if [ -n "$nccl_dir" ] && [ -f "$nccl_dir/include/nccl.h" ]; then
+    nccl_lib=$(ls "$nccl_dir"/lib/libnccl.so* | head -n 1)
+    nccl_args=(-DNCCL_INCLUDE_DIR="$nccl_dir/include" -DNCCL_LIBRARY="$nccl_lib")
+  fi
+fi
+
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+# shellcheck disable=SC2206
+deps_args=(${HPCTRAIN_DEPS_CMAKE_ARGS:-})
+run_step configure 150 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$torch_prefix${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}" \
+  -DCMAKE_CUDA_ARCHITECTURES=native "${deps_args[@]}" "${nccl_args[@]}"
+record configure "$status" "$seconds" "$(grep -m1 'NCCL *:' "$out/configure.log" | sed 's/^-- *//')"
+[ "$status" = PASS ] || { cat "$summary"; exit 1; }
+
+# Keep going past a failing file, so one run shows every compile error.
+keep_going=(-- -k 0)
+[ ${#generator[@]} -eq 0 ] && keep_going=(-- -k)
+run_step build 360 cmake --build "$build" -j "$(nproc)" "${keep_going[@]}"
+record build "$status" "$seconds" "$(grep -c 'error:' "$out/build.log") compile errors"
+[ -x "$bin" ] || { cat "$summary"; exit 1; }
+
+run_step version 30 "$bin" --version
+record "hpctrain --version" "$status" "$seconds" "$(grep -m1 libtorch "$out/version.log")"
+
+run_step tests 180 ctest --test-dir "$build" -L 'unit|cli|mpi' -j 8 --timeout 120 --output-on-failure
+record "tests (unit, cli, mpi)" "$status" "$seconds" "$(grep -m1 'tests passed' "$out/tests.log")"
+
+launch=(mpirun -np 1)
+command -v mpirun >/dev/null || launch=()
+# The largest size's row; with one rank nothing moves, so it shows the cost of a call.
+largest() { grep -E '^ +[0-9]+' "$out/$1.log" | tail -n 1 |
+            awk '{print $1" B: "$4" us, busbw "$6" GB/s; MPI_Allreduce "$8" us"}'; }
+run_step bench_comm_nccl 90 "${launch[@]}" "$bin" bench comm --backend nccl --min-bytes 4KiB --max-bytes 256MiB
+record "bench comm nccl" "$status" "$seconds" "$(largest bench_comm_nccl)"
+run_step bench_comm_mpi 60 "${launch[@]}" "$bin" bench comm --backend mpi --min-bytes 4KiB --max-bytes 64MiB
+record "bench comm mpi" "$status" "$seconds" "$(largest bench_comm_mpi)"
+
+data="$out/fashion-mnist"
+rm -rf "$data"
+run_step prepare 60 "$bin" prepare fashion-mnist --source "$fmnist" --out "$data"
+record "prepare fashion-mnist" "$status" "$seconds" ""
+
+run_step bench_data 60 "$bin" bench data --data "$data" --repeats 3
+record "bench data" "$status" "$seconds" "$(grep 'loader shuffled' "$out/bench_data.log" | awk '{print $3" samples/s shuffled"}')"
+
+# samples/s of a run: the mean of its progress records after the first epoch (warm-up excluded).
+rate() { python3 -c 'import json,sys
+r=[json.loads(l) for l in open(sys.argv[1]) if "samples_per_s" in l]
+late=[x["samples_per_s"] for x in r if x["epoch"]>1] or [x["samples_per_s"] for x in r]
+print(round(sum(late)/len(late)))' "$1"; }
+accuracy() { grep -o '"test_acc":[0-9.]*' "$1" | tail -n 1 | cut -d: -f2; }
+
+run_step train_gpu 150 "${launch[@]}" "$bin" train --config configs/fashion_cnn.ini --data.path="$data" \
+  --run.dir="$out/run-gpu" --dist.device=cuda --dist.backend=nccl --train.epochs=3 --log.every_steps=100
+acc=$(accuracy "$out/run-gpu/metrics.jsonl")
+if [ "$status" = PASS ] && ! python3 -c "import sys; sys.exit(0 if float('${acc:-0}') >= 0.85 else 1)"; then
+  status=FAIL
+fi
+record "train fashion_cnn gpu+nccl" "$status" "$seconds" \
+  "3 epochs, test_acc $acc, $(rate "$out/run-gpu/metrics.jsonl") samples/s (epochs 2-3)"
+
+run_step train_cpu 60 "${launch[@]}" "$bin" train --config configs/fashion_cnn.ini --data.path="$data" \
+  --run.dir="$out/run-cpu" --dist.device=cpu --train.max_steps=300 --log.every_steps=100
+record "train fashion_cnn cpu" "$status" "$seconds" "300 steps, $(rate "$out/run-cpu/metrics.jsonl") samples/s"
+
+run_step torch_reference 150 python3 jobs/bench/torch_reference.py --source "$fmnist" --epochs 3 --device cuda
+ref=$(tail -n 1 "$out/torch_reference.log")
+record "pytorch eager reference" "$status" "$seconds" \
+  "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(r["samples_per_s_after_warmup"], "samples/s (epochs 2-3), test_acc", r["test_acc"])' "$ref" 2>/dev/null)"
+
+echo
+echo "=== summary ($(head -n 1 "$out/machine.txt"))"
+cat "$summary"
+! grep -qE ' (FAIL|SKIP) ' "$summary"
