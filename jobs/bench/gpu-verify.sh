@@ -14,8 +14,9 @@
 #
 # Checks, each with a time limit so the whole script stays within 10 minutes:
 #   configure+build, hpctrain --version, the unit, cli and mpi tests, bench comm (nccl and mpi),
-#   bench data, fashion_cnn trained on the GPU with NCCL to >= 0.85 test accuracy, the same
-#   steps on the CPU for scale, and the same training in PyTorch eager on the same GPU.
+#   bench step (fashion_cnn on the GPU), bench data, fashion_cnn trained on the GPU with NCCL to
+#   >= 0.85 test accuracy, the same steps on the CPU for scale, and the same training in PyTorch
+#   eager on the same GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -119,6 +120,10 @@ run_step bench_comm_nccl 90 "${launch[@]}" "$bin" bench comm --backend nccl --mi
 record "bench comm nccl" "$status" "$seconds" "$(largest bench_comm_nccl)"
 run_step bench_comm_mpi 60 "${launch[@]}" "$bin" bench comm --backend mpi --min-bytes 4KiB --max-bytes 64MiB
 record "bench comm mpi" "$status" "$seconds" "$(largest bench_comm_mpi)"
+
+run_step bench_step 90 "${launch[@]}" "$bin" bench step --model fashion_cnn --device cuda --steps 30
+record "bench step fashion_cnn cuda" "$status" "$seconds" \
+  "$(awk '/forward\+backward|overlap on/ {printf "%s ", $0}' "$out/bench_step.log" | tr -s ' ')"
 
 data="$out/fashion-mnist"
 rm -rf "$data"

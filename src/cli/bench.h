@@ -14,8 +14,10 @@ namespace hpctrain::cli {
 
 int bench_data(const config::ParsedArgs& parsed);
 int bench_comm(const config::ParsedArgs& parsed);
+int bench_step(const config::ParsedArgs& parsed);
 const char* bench_data_usage();
 const char* bench_comm_usage();
+const char* bench_step_usage();
 
 inline double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());

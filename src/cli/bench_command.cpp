@@ -1,4 +1,5 @@
-// `hpctrain bench <what>`: dispatch to one measurement (bench_data.cpp, bench_comm.cpp).
+// `hpctrain bench <what>`: dispatch to one measurement (bench_data.cpp, bench_comm.cpp,
+// bench_step.cpp).
 #include <iostream>
 
 #include "bench.h"
@@ -12,17 +13,21 @@ int run_bench(const Args& args) {
   const std::vector<config::Flag> flags{
       {"data", true, ""},      {"split", true, ""},     {"batch-size", true, ""},
       {"repeats", true, ""},   {"cache-mb", true, ""},  {"backend", true, ""},
-      {"min-bytes", true, ""}, {"max-bytes", true, ""}, {"iters", true, ""}};
+      {"min-bytes", true, ""}, {"max-bytes", true, ""}, {"iters", true, ""},
+      {"model", true, ""},     {"steps", true, ""},     {"bucket-mb", true, ""},
+      {"device", true, ""}};
   const std::string what = args.empty() ? "" : args.front();
   if (wants_help(args)) {
-    if (what != "comm") std::cout << bench_data_usage() << "\n";
-    if (what != "data") std::cout << bench_comm_usage();
+    if (what == "data" || what.rfind('-', 0) == 0) std::cout << bench_data_usage() << "\n";
+    if (what == "comm" || what.rfind('-', 0) == 0) std::cout << bench_comm_usage() << "\n";
+    if (what == "step" || what.rfind('-', 0) == 0) std::cout << bench_step_usage();
     return 0;
   }
   const config::ParsedArgs parsed = config::parse_args(args, flags, /*with_options=*/false, false);
   if (parsed.positionals.size() == 1 && what == "data") return bench_data(parsed);
   if (parsed.positionals.size() == 1 && what == "comm") return bench_comm(parsed);
-  throw ConfigError("bench: expected 'data' or 'comm' (see hpctrain bench --help)");
+  if (parsed.positionals.size() == 1 && what == "step") return bench_step(parsed);
+  throw ConfigError("bench: expected 'data', 'comm' or 'step' (see hpctrain bench --help)");
 }
 
 }  // namespace hpctrain::cli

@@ -46,7 +46,8 @@ int run_eval(const Args& args) {
                                                     parsed.config.dist.allow_shared_gpu);
   setup.model->module().to(device);
   const auto comm = comm::make_communicator(parsed.config.dist.backend, *bootstrap, setup.use_cuda,
-                                            device.is_cuda() ? device.index() : 0);
+                                            device.is_cuda() ? device.index() : 0,
+                                            parsed.config.dist.timeout_s);
   const train::EvalResult result = train::evaluate(*setup.model, *setup.eval_split, *comm,
                                                    parsed.config.train.eval_batch_size, device);
   log::info("checkpoint {} (step {}, epoch {}, model {})", path, meta.step, meta.epoch, meta.model_name);

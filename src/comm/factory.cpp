@@ -64,11 +64,13 @@ std::string resolve_backend(const std::string& backend, bool cuda) {
 void validate_backend(const std::string& backend, bool cuda) { resolve_backend(backend, cuda); }
 
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, Bootstrap& bootstrap,
-                                                bool cuda, [[maybe_unused]] int device_index) {
-  if (resolve_backend(backend, cuda) == "mpi") return std::make_unique<MpiCommunicator>(bootstrap);
+                                                bool cuda, [[maybe_unused]] int device_index,
+                                                double timeout_s) {
+  if (resolve_backend(backend, cuda) == "mpi") {
+    return std::make_unique<MpiCommunicator>(bootstrap, timeout_s);
+  }
 #if HT_WITH_NCCL
-  constexpr double kTimeoutS = 300;  // dist.timeout_s arrives with the fault-handling work
-  return std::make_unique<NcclCommunicator>(bootstrap, device_index, kTimeoutS);
+  return std::make_unique<NcclCommunicator>(bootstrap, device_index, timeout_s);
 #else
   throw Error("internal: NCCL chosen in a build without NCCL");
 #endif

@@ -2,7 +2,15 @@
 
 #include <ATen/ATen.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
 #include <limits>
+#include <mutex>
+#include <sstream>
+#include <thread>
 
 #include "bootstrap_impl.h"
 #include "mpi_check.h"
@@ -29,58 +37,123 @@ void check_tensor(const at::Tensor& tensor, const char* op) {
     throw CommError(std::string("MPI ") + op + " needs a contiguous CPU tensor, got " +
                     (tensor.is_contiguous() ? "" : "non-contiguous ") + tensor.device().str());
   }
+  if (tensor.numel() > std::numeric_limits<int>::max()) {
+    throw CommError(std::string("MPI ") + op + " of more than INT_MAX elements");
+  }
 }
 
-// A non-blocking MPI collective; an average is finished by scaling once the sum has arrived.
-class MpiWork final : public Work {
- public:
-  MpiWork(MPI_Request request, at::Tensor tensor, double scale)
-      : request_(request), tensor_(std::move(tensor)), scale_(scale) {}
-  ~MpiWork() override {
-    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
-  }
-
-  void wait() override {
-    if (done_) return;
-    HT_MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
-    finish();
-  }
-
-  bool is_completed() override {
-    if (done_) return true;
-    int flag = 0;
-    HT_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
-    if (flag) finish();
-    return done_;
-  }
-
- private:
-  void finish() {
-    if (scale_ != 1.0) tensor_.mul_(scale_);
-    done_ = true;
-  }
-
-  MPI_Request request_;
-  at::Tensor tensor_;
-  double scale_;
-  bool done_ = false;
+// One queued collective: what to run, and how it ended.
+struct Task {
+  std::function<void()> run;
+  std::string what;  // "MPI allreduce of 1024 elements", for errors
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;
+  std::exception_ptr error;
 };
 
 }  // namespace
 
 struct MpiCommunicator::State {
   MPI_Comm comm = MPI_COMM_NULL;
+  double timeout_s = 300;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::shared_ptr<Task>> queue;
+  bool stop = false;
+  std::thread worker;
+
+  void serve() {
+    while (true) {
+      std::shared_ptr<Task> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        changed.wait(lock, [&] { return stop || !queue.empty(); });
+        if (queue.empty()) return;  // stop, and nothing left
+        task = queue.front();
+        queue.pop_front();
+      }
+      try {
+        task->run();
+      } catch (...) {
+        task->error = std::current_exception();
+      }
+      {
+        const std::lock_guard<std::mutex> lock(task->mutex);
+        task->done = true;
+      }
+      task->finished.notify_all();
+    }
+  }
+
+  std::shared_ptr<Task> submit(std::string what, std::function<void()> run) {
+    auto task = std::make_shared<Task>();
+    task->what = std::move(what);
+    task->run = std::move(run);
+    {
+      const std::lock_guard<std::mutex> lock(mutex);
+      queue.push_back(task);
+    }
+    changed.notify_one();
+    return task;
+  }
 };
 
-MpiCommunicator::MpiCommunicator(Bootstrap& bootstrap) : state_(std::make_unique<State>()) {
+namespace {
+
+class MpiWork final : public Work {
+ public:
+  MpiWork(std::shared_ptr<Task> task, double timeout_s) : task_(std::move(task)), timeout_s_(timeout_s) {}
+
+  void wait() override {
+    std::unique_lock<std::mutex> lock(task_->mutex);
+    const auto limit = std::chrono::duration<double>(timeout_s_);
+    if (!task_->finished.wait_for(lock, limit, [&] { return task_->done; })) {
+      std::ostringstream limit_text;
+      limit_text << timeout_s_;
+      throw CommError(task_->what + " did not complete within dist.timeout_s=" + limit_text.str() +
+                      " s: a rank is missing from the collective (crashed, or stuck before it)");
+    }
+    if (task_->error) std::rethrow_exception(task_->error);
+  }
+
+  bool is_completed() override {
+    const std::lock_guard<std::mutex> lock(task_->mutex);
+    return task_->done;
+  }
+
+ private:
+  std::shared_ptr<Task> task_;
+  double timeout_s_;
+};
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(Bootstrap& bootstrap, double timeout_s)
+    : state_(std::make_shared<State>()) {
   // A communicator of our own, so gradient traffic never matches control-plane messages.
   HT_MPI_CHECK(MPI_Comm_dup(bootstrap.impl().world, &state_->comm));
   HT_MPI_CHECK(MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN));
   HT_MPI_CHECK(MPI_Comm_rank(state_->comm, &rank_));
   HT_MPI_CHECK(MPI_Comm_size(state_->comm, &size_));
+  state_->timeout_s = timeout_s;
+  state_->worker = std::thread([state = state_] { state->serve(); });  // Note [MPI worker thread]
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  {
+    const std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->stop = true;
+  }
+  state_->changed.notify_one();
+  // Destroyed by an exception (a timeout, a failed rank): the worker may be inside a collective
+  // that never completes, and main() is about to abort the job (Note [Unwinding] in
+  // bootstrap.h). Joining would hang; the worker owns a reference to the state, so let it go.
+  if (std::uncaught_exceptions() > 0) {
+    state_->worker.detach();
+    return;
+  }
+  state_->worker.join();  // runs what is queued first: every rank issued it
   if (state_->comm != MPI_COMM_NULL) MPI_Comm_free(&state_->comm);
 }
 
@@ -90,20 +163,30 @@ std::unique_ptr<Work> MpiCommunicator::allreduce(at::Tensor& tensor, ReduceOp op
   if (average && !at::isFloatingType(tensor.scalar_type())) {
     throw CommError("allreduce average needs a floating-point tensor");
   }
-  MPI_Request request = MPI_REQUEST_NULL;
-  HT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, tensor.data_ptr(), static_cast<int>(tensor.numel()),
-                              mpi_type(tensor), MPI_SUM, state_->comm, &request));
-  return std::make_unique<MpiWork>(request, tensor, average ? 1.0 / size_ : 1.0);
+  const double scale = average ? 1.0 / size_ : 1.0;
+  MPI_Comm comm = state_->comm;
+  auto task = state_->submit(
+      "MPI allreduce of " + std::to_string(tensor.numel()) + " elements", [tensor, scale, comm] {
+        HT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), static_cast<int>(tensor.numel()),
+                                   mpi_type(tensor), MPI_SUM, comm));
+        if (scale != 1.0) tensor.mul_(scale);
+      });
+  return std::make_unique<MpiWork>(std::move(task), state_->timeout_s);
 }
 
 std::unique_ptr<Work> MpiCommunicator::broadcast(at::Tensor& tensor, int root) {
   check_tensor(tensor, "broadcast");
-  MPI_Request request = MPI_REQUEST_NULL;
-  HT_MPI_CHECK(MPI_Ibcast(tensor.data_ptr(), static_cast<int>(tensor.numel()), mpi_type(tensor),
-                          root, state_->comm, &request));
-  return std::make_unique<MpiWork>(request, tensor, 1.0);
+  MPI_Comm comm = state_->comm;
+  auto task = state_->submit("MPI broadcast from rank " + std::to_string(root), [tensor, root, comm] {
+    HT_MPI_CHECK(MPI_Bcast(tensor.data_ptr(), static_cast<int>(tensor.numel()), mpi_type(tensor), root, comm));
+  });
+  return std::make_unique<MpiWork>(std::move(task), state_->timeout_s);
 }
 
-void MpiCommunicator::barrier() { HT_MPI_CHECK(MPI_Barrier(state_->comm)); }
+void MpiCommunicator::barrier() {
+  MPI_Comm comm = state_->comm;
+  auto task = state_->submit("MPI barrier", [comm] { HT_MPI_CHECK(MPI_Barrier(comm)); });
+  MpiWork(std::move(task), state_->timeout_s).wait();
+}
 
 }  // namespace hpctrain::comm

@@ -212,10 +212,24 @@ std::vector<Option> build_table() {
           "Intra-op threads per rank; 0 uses the cores this rank is bound to.", at_least<I>(0)),
       row("train.shuffle", &C::train, &TrainConfig::shuffle, "true",
           "Shuffle the training split every epoch (one global permutation shared by all ranks)."),
+      row("train.accum_steps", &C::train, &TrainConfig::accum_steps, "1",
+          "Micro-batches per optimizer step: gradients accumulate locally and are reduced once, "
+          "after the last (global batch = world size x accum_steps x batch_size).",
+          at_least<I>(1)),
       row("train.drop_last", &C::train, &TrainConfig::drop_last, "false",
           "Drop an epoch's last partial global batch; when false it is padded and the padding "
           "is masked out of the loss, so every sample counts exactly once."),
 
+      row("dist.bucket_mb", &C::dist, &DistConfig::bucket_mb, "25",
+          "Gradients are reduced in buckets of about this many MiB, in reverse parameter order, "
+          "each as soon as backward has produced all of it (docs/distributed.md).",
+          positive()),
+      row("dist.overlap", &C::dist, &DistConfig::overlap, "true",
+          "Start each bucket's allreduce during backward; false waits until backward has ended."),
+      row("dist.timeout_s", &C::dist, &DistConfig::timeout_s, "300",
+          "A collective not completed this many seconds after a rank began waiting for it ends "
+          "the job with an error naming the operation.",
+          positive()),
       row("dist.backend", &C::dist, &DistConfig::backend, "auto",
           "Gradient communication: auto picks nccl for CUDA tensors when built with NCCL, else mpi.",
           one_of({"auto", "mpi", "nccl"})),

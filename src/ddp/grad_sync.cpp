@@ -3,47 +3,171 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <map>
+#include <mutex>
 
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/core/error.h"
+#include "hpctrain/core/log.h"
+#include "hpctrain/ddp/bucket_plan.h"
 
 namespace hpctrain::ddp {
 
-GradSync::GradSync(comm::Communicator& comm, std::vector<at::Tensor> parameters)
-    : comm_(comm), parameters_(std::move(parameters)) {
-  HT_CHECK(!parameters_.empty(), "no parameters to synchronize");
-  std::int64_t total = 0;
-  for (const auto& p : parameters_) {
-    HT_CHECK(p.scalar_type() == parameters_.front().scalar_type(), "mixed parameter dtypes");
-    total += p.numel();
+namespace {
+constexpr unsigned kNoHook = ~0u;
+}  // namespace
+
+struct GradSync::State {
+  comm::Communicator& comm;
+  std::vector<at::Tensor> parameters;
+  GradSyncOptions options;
+  std::vector<Bucket> plan;
+  std::vector<at::Tensor> buffers;       // bucket -> its flat buffer
+  std::vector<size_t> bucket_of;         // parameter -> bucket
+  std::vector<std::int64_t> offset_of;   // parameter -> offset in its bucket's buffer
+  std::vector<char> filled;              // parameter -> has a gradient in its slot this step
+  std::vector<size_t> missing;           // bucket -> parameters still to come in the last backward
+  std::vector<std::unique_ptr<comm::Work>> works;  // bucket -> its reduction, once started
+  size_t next_launch = 0;                // buckets start strictly in order
+  bool last_backward = false;
+  bool alone = false;  // one rank: the mean over ranks is the gradient itself, nothing to do
+  bool reported_unused = false;
+  std::vector<size_t> unused;
+  std::vector<unsigned> hooks;
+  std::mutex mutex;                      // hooks run on autograd's threads
+
+  State(comm::Communicator& c, std::vector<at::Tensor> p, GradSyncOptions o)
+      : comm(c), parameters(std::move(p)), options(o) {}
+
+  at::Tensor slot(size_t i) const {
+    return buffers[bucket_of[i]].narrow(0, offset_of[i], parameters[i].numel());
   }
-  flat_ = at::empty({total}, parameters_.front().options());
+
+  // Autograd hook: parameter i's gradient of this backward.
+  void on_gradient(size_t i, const at::Tensor& gradient) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    c10::NoGradGuard no_grad;
+    at::Tensor target = slot(i);
+    if (filled[i]) {
+      target.add_(gradient.reshape({-1}));
+    } else {
+      target.copy_(gradient.reshape({-1}));
+      filled[i] = 1;
+    }
+    const size_t b = bucket_of[i];
+    if (last_backward && options.overlap && missing[b] > 0 && --missing[b] == 0) launch_ready();
+  }
+
+  void launch_ready() {
+    while (next_launch < plan.size() && missing[next_launch] == 0) launch(next_launch++);
+  }
+
+  void launch(size_t b) {
+    for (const size_t i : plan[b].parameters) {
+      if (filled[i]) continue;  // no gradient from backward: what .grad() holds, or zeros
+      const at::Tensor& grad = parameters[i].grad();
+      if (grad.defined()) {
+        slot(i).copy_(grad.reshape({-1}));
+      } else {
+        slot(i).zero_();
+      }
+    }
+    works[b] = comm.allreduce(buffers[b], comm::ReduceOp::kAvg);
+  }
+};
+
+GradSync::GradSync(comm::Communicator& comm, std::vector<at::Tensor> parameters, GradSyncOptions options)
+    : state_(std::make_unique<State>(comm, std::move(parameters), options)) {
+  State& s = *state_;
+  HT_CHECK(!s.parameters.empty(), "no parameters to synchronize");
+  std::vector<std::int64_t> numels;
+  for (const auto& p : s.parameters) {
+    HT_CHECK(p.scalar_type() == s.parameters.front().scalar_type(), "mixed parameter dtypes");
+    numels.push_back(p.numel());
+  }
+  const auto element = static_cast<std::int64_t>(s.parameters.front().element_size());
+  s.plan = plan_buckets(numels, std::max<std::int64_t>(1, options.bucket_bytes / element));
+  s.bucket_of.resize(s.parameters.size());
+  s.offset_of.resize(s.parameters.size());
+  for (size_t b = 0; b < s.plan.size(); ++b) {
+    std::int64_t offset = 0;
+    for (const size_t i : s.plan[b].parameters) {
+      s.bucket_of[i] = b;
+      s.offset_of[i] = offset;
+      offset += numels[i];
+    }
+    s.buffers.push_back(at::empty({s.plan[b].numel}, s.parameters.front().options()));
+  }
+  s.filled.assign(s.parameters.size(), 0);
+  s.missing.assign(s.plan.size(), 0);
+  s.works.resize(s.plan.size());
+  s.hooks.assign(s.parameters.size(), kNoHook);
+  s.alone = comm.size() == 1;
+  for (size_t i = 0; i < s.parameters.size() && !s.alone; ++i) {
+    if (!s.parameters[i].requires_grad()) continue;  // frozen: never gets a gradient
+    State* state = state_.get();
+    s.hooks[i] = s.parameters[i].register_hook(
+        [state, i](const at::Tensor& gradient) { state->on_gradient(i, gradient); });
+  }
+}
+
+GradSync::~GradSync() {
+  for (size_t i = 0; i < state_->parameters.size(); ++i) {
+    if (state_->hooks[i] != kNoHook) state_->parameters[i].remove_hook(state_->hooks[i]);
+  }
+}
+
+void GradSync::begin_backward(bool last_micro_batch) {
+  State& s = *state_;
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  s.last_backward = last_micro_batch;
+  if (!last_micro_batch) return;
+  for (size_t b = 0; b < s.plan.size(); ++b) s.missing[b] = s.plan[b].parameters.size();
 }
 
 void GradSync::average_gradients() {
-  std::int64_t offset = 0;
-  for (auto& p : parameters_) {
-    at::Tensor slot = flat_.narrow(0, offset, p.numel());
-    if (p.grad().defined()) {
-      slot.copy_(p.grad().reshape({-1}));
-    } else {
-      slot.zero_();
-    }
-    offset += p.numel();
+  State& s = *state_;
+  if (s.alone) return;
+  {
+    const std::lock_guard<std::mutex> lock(s.mutex);
+    while (s.next_launch < s.plan.size()) s.launch(s.next_launch++);
   }
-  comm_.allreduce(flat_, comm::ReduceOp::kAvg)->wait();
-  offset = 0;
-  for (auto& p : parameters_) {
-    at::Tensor averaged = flat_.narrow(0, offset, p.numel()).view(p.sizes());
-    if (p.grad().defined()) {
-      p.mutable_grad().copy_(averaged);
+  for (auto& work : s.works) work->wait();
+  c10::NoGradGuard no_grad;
+  s.unused.clear();
+  for (size_t i = 0; i < s.parameters.size(); ++i) {
+    if (!s.filled[i]) s.unused.push_back(i);
+    at::Tensor averaged = s.slot(i).view(s.parameters[i].sizes());
+    if (s.parameters[i].grad().defined()) {
+      s.parameters[i].mutable_grad().copy_(averaged);
     } else {
-      p.mutable_grad() = averaged.clone();
+      s.parameters[i].mutable_grad() = averaged.clone();
     }
-    offset += p.numel();
   }
+  if (!s.unused.empty() && !s.reported_unused && s.options.warn_unused) {
+    s.reported_unused = true;
+    log::warn("{} of {} parameters got no gradient in a step (first: index {}); their current "
+              "gradients (or zeros) were averaged in",
+              s.unused.size(), s.parameters.size(), s.unused.front());
+  }
+  // The next step starts empty.
+  std::fill(s.filled.begin(), s.filled.end(), 0);
+  std::fill(s.missing.begin(), s.missing.end(), 0);
+  for (auto& work : s.works) work.reset();
+  s.next_launch = 0;
+  s.last_backward = false;
 }
+
+std::int64_t GradSync::numel() const {
+  std::int64_t total = 0;
+  for (const auto& b : state_->plan) total += b.numel;
+  return total;
+}
+
+size_t GradSync::bucket_count() const { return state_->plan.size(); }
+
+std::vector<size_t> GradSync::last_unused() const { return state_->unused; }
 
 void broadcast_tensors(comm::Communicator& comm, const std::vector<at::Tensor>& tensors, int root) {
   std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;

@@ -120,13 +120,17 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
   torch::nn::Module& module = s.net().module();
   module.to(s.device);
   s.comm = comm::make_communicator(s.config().dist.backend, bootstrap, s.setup.use_cuda,
-                                   s.device.is_cuda() ? s.device.index() : 0);
+                                   s.device.is_cuda() ? s.device.index() : 0,
+                                   s.config().dist.timeout_s);
   std::vector<at::Tensor> parameters = module.parameters();
   s.buffers = buffers_of(module);
   std::vector<at::Tensor> everything = parameters;
   everything.insert(everything.end(), s.buffers.begin(), s.buffers.end());
   ddp::broadcast_tensors(*s.comm, everything, 0);
-  s.grad_sync = std::make_unique<ddp::GradSync>(*s.comm, parameters);
+  ddp::GradSyncOptions sync_options;
+  sync_options.bucket_bytes = static_cast<std::int64_t>(s.config().dist.bucket_mb * (1 << 20));
+  sync_options.overlap = s.config().dist.overlap;
+  s.grad_sync = std::make_unique<ddp::GradSync>(*s.comm, parameters, sync_options);
   s.optimizer = make_optimizer(s.config().optim, parameters);
   // Dropout masks differ per rank (as separate processes would in PyTorch DDP), reproducibly.
   torch::manual_seed(static_cast<std::uint64_t>(s.config().train.seed) * 1000003ULL +
@@ -144,7 +148,11 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
   net().module().train();
   // The whole epoch's plan up front, so the loader can read ahead of the loop.
   const std::vector<data::SamplerStep> plans = sampler.steps(sampler.global_order(epoch), 0);
-  const auto steps_per_epoch = static_cast<std::int64_t>(plans.size());
+  // An optimizer step is train.accum_steps sampler steps (micro-batches); the epoch's last may
+  // have fewer.
+  const auto micro_batches = static_cast<std::int64_t>(plans.size());
+  const std::int64_t accum = config().train.accum_steps;
+  const std::int64_t steps_per_epoch = (micro_batches + accum - 1) / accum;
   std::vector<std::vector<std::int64_t>> step_indices;
   for (const auto& plan : plans) step_indices.push_back(plan.indices);
   data::Loader loader(*setup.train_split, std::move(step_indices),
@@ -156,22 +164,32 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
   at::Tensor loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
   double real_samples = 0.0;
   for (std::int64_t i = 0; i < steps_per_epoch && !step_limit_reached(); ++i) {
-    const data::SamplerStep& plan = plans[static_cast<size_t>(i)];
-    const data::Batch batch = loader.next();
-    const at::Tensor weights = torch::tensor(plan.weights).to(device);
+    const std::int64_t first = i * accum;
+    const std::int64_t count = std::min(accum, micro_batches - first);
+    // Note [Masked mean]: every micro-batch's loss is divided by the real samples of the whole
+    // step (all ranks, all micro-batches), so the accumulated, averaged gradient is the mean over
+    // the step's real samples, as one process on the whole global batch would compute it.
+    std::int64_t step_real = 0;
+    for (std::int64_t j = first; j < first + count; ++j) step_real += plans[static_cast<size_t>(j)].global_real;
 
     sync_buffers();
     optimizer->zero_grad();
-    const at::Tensor losses = torch::nn::functional::cross_entropy(
-        net().forward(setup.train_split->normalize(batch.input.to(device))), batch.target.to(device),
-        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
-    step_loss(losses, weights, comm->size(), plan.global_real).backward();  // Note [Masked mean]
+    for (std::int64_t j = first; j < first + count; ++j) {
+      const data::SamplerStep& plan = plans[static_cast<size_t>(j)];
+      const data::Batch batch = loader.next();
+      const at::Tensor weights = torch::tensor(plan.weights).to(device);
+      const at::Tensor losses = torch::nn::functional::cross_entropy(
+          net().forward(setup.train_split->normalize(batch.input.to(device))), batch.target.to(device),
+          torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+      grad_sync->begin_backward(/*last_micro_batch=*/j + 1 == first + count);
+      step_loss(losses, weights, comm->size(), step_real).backward();
+      loss_sum += (losses.detach() * weights).sum();
+      for (const float w : plan.weights) real_samples += w;
+    }
     grad_sync->average_gradients();
     optimizer->step();
     ++step;
 
-    loss_sum += (losses.detach() * weights).sum();
-    for (const float w : plan.weights) real_samples += w;
     const bool last = i + 1 == steps_per_epoch || step_limit_reached();
     if (step % config().log.every_steps == 0 || last) log_progress(epoch, i + 1, steps_per_epoch,
                                                                    loss_sum, real_samples, interval);
@@ -241,9 +259,12 @@ TrainSummary Trainer::run() {
   options.shuffle = train.shuffle;
   options.drop_last = train.drop_last;
   const data::DistributedSampler sampler(options);
-  log::info("training on {} samples: {} steps per epoch, global batch {} ({} x {}){}",
-            options.dataset_size, sampler.steps_from(0), train.batch_size * s.comm->size(),
-            s.comm->size(), train.batch_size, train.drop_last ? ", last partial batch dropped" : "");
+  log::info("training on {} samples: {} steps per epoch, global batch {} ({} ranks x {} "
+            "micro-batch(es) x {}){}; gradients in {} bucket(s), overlap {}",
+            options.dataset_size, (sampler.steps_from(0) + train.accum_steps - 1) / train.accum_steps,
+            train.batch_size * train.accum_steps * s.comm->size(), s.comm->size(), train.accum_steps,
+            train.batch_size, train.drop_last ? ", last partial batch dropped" : "",
+            s.grad_sync->bucket_count(), s.config().dist.overlap ? "on" : "off");
   TrainSummary summary;
   std::int64_t epoch = 0;
   for (; epoch < train.epochs && !s.step_limit_reached(); ++epoch) {

@@ -44,8 +44,8 @@ class FakeCommunicator final : public comm::Communicator {
 };
 
 TEST(GradSync, AveragesEveryGradientInOneAllreduce) {
-  at::Tensor w = at::zeros({2, 3}, at::requires_grad());
-  at::Tensor b = at::zeros({3}, at::requires_grad());
+  at::Tensor w = at::zeros({2, 3}).set_requires_grad(true);
+  at::Tensor b = at::zeros({3}).set_requires_grad(true);
   w.mutable_grad() = at::full({2, 3}, 4.0);
   b.mutable_grad() = at::full({3}, 1.0);
   FakeCommunicator comm(0, 4, 2.0);  // three peers with gradient 2
@@ -58,8 +58,8 @@ TEST(GradSync, AveragesEveryGradientInOneAllreduce) {
 }
 
 TEST(GradSync, MissingGradientCountsAsZero) {
-  at::Tensor used = at::zeros({2}, at::requires_grad());
-  at::Tensor unused = at::zeros({2}, at::requires_grad());
+  at::Tensor used = at::zeros({2}).set_requires_grad(true);
+  at::Tensor unused = at::zeros({2}).set_requires_grad(true);
   used.mutable_grad() = at::full({2}, 3.0);
   FakeCommunicator comm(1, 2, 1.0);
   GradSync sync(comm, {used, unused});
@@ -67,6 +67,97 @@ TEST(GradSync, MissingGradientCountsAsZero) {
   EXPECT_TRUE(at::allclose(used.grad(), at::full({2}, 2.0)));
   ASSERT_TRUE(unused.grad().defined());
   EXPECT_TRUE(at::allclose(unused.grad(), at::full({2}, 0.5)));
+}
+
+// y = sum(a * x) + sum(b * x) for two parameters of 3 elements: their gradients are x.
+struct TwoParameters {
+  at::Tensor a = at::zeros({3}).set_requires_grad(true);
+  at::Tensor b = at::zeros({3}).set_requires_grad(true);
+  void backward(double x) {
+    const at::Tensor input = at::full({3}, x);
+    ((a * input).sum() + (b * input).sum()).backward();
+  }
+};
+
+TEST(GradSync, WithOverlapEveryBucketStartsDuringBackwardInOrder) {
+  TwoParameters p;
+  FakeCommunicator comm(0, 2, 0.0);  // the peer's gradients are zero
+  GradSyncOptions options;
+  options.bucket_bytes = 12;  // one 3-float parameter per bucket
+  GradSync sync(comm, {p.a, p.b}, options);
+  ASSERT_EQ(sync.bucket_count(), 2u);
+  sync.begin_backward(true);
+  p.backward(4.0);
+  EXPECT_EQ(comm.allreduces, 2);  // both started before average_gradients()
+  sync.average_gradients();
+  EXPECT_TRUE(at::allclose(p.a.grad(), at::full({3}, 2.0)));
+  EXPECT_TRUE(at::allclose(p.b.grad(), at::full({3}, 2.0)));
+}
+
+TEST(GradSync, WithoutOverlapNothingStartsBeforeTheEnd) {
+  TwoParameters p;
+  FakeCommunicator comm(0, 2, 0.0);
+  GradSyncOptions options;
+  options.bucket_bytes = 12;
+  options.overlap = false;
+  GradSync sync(comm, {p.a, p.b}, options);
+  sync.begin_backward(true);
+  p.backward(4.0);
+  EXPECT_EQ(comm.allreduces, 0);
+  sync.average_gradients();
+  EXPECT_EQ(comm.allreduces, 2);
+}
+
+TEST(GradSync, AccumulatedMicroBatchesAreReducedOnceAsTheirSum) {
+  TwoParameters p;
+  FakeCommunicator comm(0, 2, 0.0);
+  GradSync sync(comm, {p.a, p.b});
+  sync.begin_backward(false);
+  p.backward(1.0);
+  sync.begin_backward(false);
+  p.backward(2.0);
+  EXPECT_EQ(comm.allreduces, 0);  // no communication before the last micro-batch
+  sync.begin_backward(true);
+  p.backward(3.0);
+  EXPECT_EQ(comm.allreduces, 1);
+  sync.average_gradients();
+  EXPECT_TRUE(at::allclose(p.a.grad(), at::full({3}, (1.0 + 2.0 + 3.0) / 2)));
+  // The next step starts from nothing.
+  p.a.mutable_grad().zero_();
+  p.b.mutable_grad().zero_();
+  sync.begin_backward(true);
+  p.backward(5.0);
+  sync.average_gradients();
+  EXPECT_TRUE(at::allclose(p.b.grad(), at::full({3}, 5.0 / 2)));
+  EXPECT_TRUE(sync.last_unused().empty());
+}
+
+TEST(GradSync, AParameterWithoutGradientIsReportedAndHoldsBackOnlyItsBucket) {
+  at::Tensor used = at::zeros({3}).set_requires_grad(true);
+  at::Tensor unused = at::zeros({3}).set_requires_grad(true);
+  FakeCommunicator comm(0, 2, 0.0);
+  GradSyncOptions options;
+  options.bucket_bytes = 12;
+  GradSync sync(comm, {unused, used}, options);  // bucket 0: used (reverse order), bucket 1: unused
+  sync.begin_backward(true);
+  (used * at::full({3}, 2.0)).sum().backward();
+  EXPECT_EQ(comm.allreduces, 1);  // bucket 0 started; bucket 1 waits for the end
+  sync.average_gradients();
+  EXPECT_EQ(comm.allreduces, 2);
+  EXPECT_EQ(sync.last_unused(), std::vector<size_t>{0});
+  EXPECT_TRUE(at::allclose(unused.grad(), at::zeros({3})));
+  EXPECT_TRUE(at::allclose(used.grad(), at::full({3}, 1.0)));
+}
+
+TEST(GradSync, OneRankLeavesGradientsAsTheyAreWithoutCommunicating) {
+  TwoParameters p;
+  FakeCommunicator comm(0, 1, 0.0);
+  GradSync sync(comm, {p.a, p.b});
+  sync.begin_backward(true);
+  p.backward(3.0);
+  sync.average_gradients();
+  EXPECT_EQ(comm.allreduces, 0);
+  EXPECT_TRUE(at::allclose(p.a.grad(), at::full({3}, 3.0)));
 }
 
 TEST(BroadcastTensors, NonRootsTakeTheRootsValuesForEveryDtype) {

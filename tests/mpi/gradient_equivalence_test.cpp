@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
+#include <thread>
+
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/data/distributed_sampler.h"
 #include "hpctrain/train/step_loss.h"
@@ -132,6 +135,36 @@ TEST(MpiCommunicator, AllreduceSumAndAverage) {
   EXPECT_TRUE(torch::allclose(avg, torch::full({3}, (world - 1) / 2.0f)));
   at::Tensor ints = torch::ones({2}, torch::kLong);
   EXPECT_THROW(comm->allreduce(ints, comm::ReduceOp::kAvg), CommError);
+}
+
+// Rank 0 waits for an allreduce the others join only after its timeout: rank 0 gets a CommError
+// naming the operation and the limit; the late ranks then complete the collective, so every
+// worker thread finishes and the communicators close normally.
+TEST(MpiCommunicator, ACollectiveNotCompletedInTimeIsACommErrorNamingIt) {
+  comm::Bootstrap& boot = *testing::g_bootstrap;
+  auto comm = comm::make_communicator("mpi", boot, false, 0, /*timeout_s=*/0.5);
+  if (comm->size() == 1) GTEST_SKIP() << "needs a second rank to be late";
+  at::Tensor values = torch::ones({4});
+  if (comm->rank() == 0) {
+    auto work = comm->allreduce(values, comm::ReduceOp::kSum);
+    try {
+      work->wait();
+      ADD_FAILURE() << "no timeout";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("MPI allreduce of 4 elements did not complete within "
+                                           "dist.timeout_s=0.5 s"),
+                std::string::npos)
+          << e.what();
+    }
+    // The late ranks' arrival completes it.
+    for (int i = 0; i < 3000 && !work->is_completed(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(work->is_completed());
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    comm->allreduce(values, comm::ReduceOp::kSum)->wait();
+  }
 }
 
 }  // namespace

@@ -47,9 +47,10 @@ std::vector<std::string> available_backends();
 void validate_backend(const std::string& backend, bool cuda);
 
 // Resolves "auto" for tensors on CUDA (`cuda`) or CPU and builds the communicator. Collective.
+// A collective that has not completed `timeout_s` after wait() began throws CommError there.
 // Throws ConfigError when the backend is unknown or unusable here, saying what to use instead.
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, Bootstrap& bootstrap,
-                                                bool cuda, int device_index);
+                                                bool cuda, int device_index, double timeout_s = 300);
 
 // NCCL's version as "2.28.9" when built with NCCL, else "".
 std::string nccl_version();

@@ -43,12 +43,16 @@ struct TrainConfig {
   std::int64_t eval_batch_size = 0;
   std::int64_t seed = 0;
   std::int64_t threads = 0;  // intra-op threads per rank; 0: the cores this rank is bound to
+  std::int64_t accum_steps = 1;  // micro-batches per optimizer step
   bool shuffle = true;
   bool drop_last = false;
 };
 
 struct DistConfig {
   std::string backend;
+  double bucket_mb = 0.0;  // gradient bucket size
+  bool overlap = true;     // reduce buckets during backward
+  double timeout_s = 0.0;  // a collective taking longer ends the job
   std::string device;             // auto | cpu | cuda
   bool allow_shared_gpu = false;  // more ranks on a node than visible GPUs: share them round-robin
 };

@@ -1,13 +1,20 @@
-// Keeps replicas identical: averages gradients across ranks after backward, and copies tensors
-// (initial parameters, BatchNorm buffers) from one rank to all. This is the foundation's flat engine:
-// all gradients are packed into one buffer and reduced with a single allreduce after backward.
-// Bucketing and overlap with backward come with the bucketed engine (issue 4).
+// Keeps replicas identical: averages gradients across ranks, and copies tensors (initial
+// parameters, BatchNorm buffers) from one rank to all.
+//
+// GradSync is the reducer (docs/distributed.md): gradients are grouped into buckets of
+// dist.bucket_mb in reverse parameter order (bucket_plan.h); a hook on every parameter copies its
+// gradient into its bucket the moment backward produces it, and in the step's last backward a
+// bucket whose gradients are all in is reduced at once (overlap) while backward goes on. Buckets
+// start strictly in order on every rank, so all ranks issue the same collectives in the same
+// order. average_gradients() waits for them and writes the averages into each .grad().
 // Depends on core, comm and ATen; never on models or the trainer.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace hpctrain::comm {
@@ -16,22 +23,42 @@ class Communicator;
 
 namespace hpctrain::ddp {
 
+struct GradSyncOptions {
+  std::int64_t bucket_bytes = std::int64_t{25} << 20;
+  bool overlap = true;      // false: every bucket starts in average_gradients(), after backward
+  bool warn_unused = true;  // log the first step in which a parameter got no gradient
+};
+
 class GradSync {
  public:
-  // `parameters`: the trainable tensors whose .grad() is averaged, in a fixed order that is the
+  // `parameters`: the trainable tensors whose gradients are averaged, in a fixed order that is the
   // same on every rank. All must share one floating dtype and device.
-  GradSync(comm::Communicator& comm, std::vector<at::Tensor> parameters);
+  GradSync(comm::Communicator& comm, std::vector<at::Tensor> parameters, GradSyncOptions options = {});
+  ~GradSync();  // removes the hooks
+  GradSync(const GradSync&) = delete;
+  GradSync& operator=(const GradSync&) = delete;
 
-  // Collective: replaces every parameter's gradient by its mean over all ranks. A parameter
-  // without a gradient on this rank counts as zeros (and gets a zero gradient).
+  // Before each backward of a step. `last_micro_batch`: this backward completes the step's
+  // gradients, so its buckets are reduced (as they fill, with overlap). Earlier backwards of the
+  // step (gradient accumulation) only add into the buckets: no communication, like DDP's no_sync.
+  void begin_backward(bool last_micro_batch);
+
+  // Collective: starts the buckets not started yet, waits for all, and replaces every parameter's
+  // gradient by its mean over all ranks (summed over the step's backwards). With one rank there
+  // is nothing to average: no hooks, no buckets, and this returns at once. A parameter that got
+  // no gradient in the step contributes its current .grad(), or zeros if it has none; such
+  // parameters are reported once (log warning). Then the next step begins.
   void average_gradients();
 
-  std::int64_t numel() const { return flat_.numel(); }
+  std::int64_t numel() const;
+  size_t bucket_count() const;
+  // Parameters (indices) that received no gradient in the last step.
+  std::vector<size_t> last_unused() const;
+
+  struct State;
 
  private:
-  comm::Communicator& comm_;
-  std::vector<at::Tensor> parameters_;
-  at::Tensor flat_;  // one buffer for all gradients, reused every step
+  std::unique_ptr<State> state_;
 };
 
 // Collective: every rank's `tensors` get the values of rank `root`'s (grouped by dtype into one
