@@ -226,6 +226,11 @@ std::vector<Option> build_table() {
           positive()),
       row("dist.overlap", &C::dist, &DistConfig::overlap, "true",
           "Start each bucket's allreduce during backward; false waits until backward has ended."),
+      row("dist.check_replicas_every", &C::dist, &DistConfig::check_replicas_every, "0",
+          "Every this many optimizer steps, check that the parameters are bit-identical on "
+          "every rank (a fingerprint, two small collectives) and stop with an error if not; "
+          "0 never checks.",
+          at_least<I>(0)),
       row("dist.timeout_s", &C::dist, &DistConfig::timeout_s, "300",
           "A collective not completed this many seconds after a rank began waiting for it ends "
           "the job with an error naming the operation.",

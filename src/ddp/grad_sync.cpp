@@ -186,6 +186,35 @@ void broadcast_tensors(comm::Communicator& comm, const std::vector<at::Tensor>& 
   }
 }
 
+std::vector<int> ranks_differing_from_root(comm::Communicator& comm,
+                                           const std::vector<at::Tensor>& tensors, c10::Device device) {
+  c10::NoGradGuard no_grad;
+  // Wrapping int64 sums of the 32-bit words: any changed bit changes the plain sum, and the
+  // position weights catch values that moved.
+  const auto options = at::TensorOptions().dtype(at::kLong).device(device);
+  at::Tensor plain = at::zeros({}, options);
+  at::Tensor weighted = at::zeros({}, options);
+  std::int64_t position = 0;
+  for (const auto& t : tensors) {
+    HT_CHECK(t.element_size() == 4, "replica check: tensors must have 4-byte elements");
+    const at::Tensor words = t.detach().contiguous().view(at::kInt).reshape({-1}).to(at::kLong);
+    plain.add_(words.sum());
+    weighted.add_((words * at::arange(position + 1, position + 1 + words.numel(), options)).sum());
+    position += words.numel();
+  }
+  const at::Tensor fingerprint = at::stack({plain, weighted});
+  at::Tensor root = fingerprint.clone();
+  comm.broadcast(root, 0)->wait();
+  std::vector<double> differs(static_cast<size_t>(comm.size()), 0.0);
+  differs[static_cast<size_t>(comm.rank())] = root.equal(fingerprint) ? 0.0 : 1.0;
+  const std::vector<double> all = sum_over_ranks(comm, differs, device);
+  std::vector<int> out;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r] > 0.5) out.push_back(static_cast<int>(r));
+  }
+  return out;
+}
+
 std::vector<double> sum_over_ranks(comm::Communicator& comm, const std::vector<double>& values,
                                    c10::Device device) {
   const auto n = static_cast<std::int64_t>(values.size());

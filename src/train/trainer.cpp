@@ -103,6 +103,21 @@ struct Trainer::State {
     if (!buffers.empty() && comm->size() > 1) ddp::broadcast_tensors(*comm, buffers, 0);
   }
 
+  // dist.check_replicas_every: every replica must hold rank 0's parameters, bit for bit.
+  void check_replicas() {
+    const std::int64_t every = config().dist.check_replicas_every;
+    if (every == 0 || step % every != 0) return;
+    const std::vector<int> differ =
+        ddp::ranks_differing_from_root(*comm, net().module().parameters(), device);
+    if (differ.empty()) return;
+    std::string ranks;
+    for (const int r : differ) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    throw Error("parameters of rank(s) " + ranks + " differ from rank 0's after step " +
+                std::to_string(step) + " (dist.check_replicas_every=" + std::to_string(every) +
+                "): a rank-dependent code path or a nondeterministic reduction; rerun with "
+                "--dist.check_replicas_every=1 to find the first step");
+  }
+
   bool step_limit_reached() const {
     return config().train.max_steps > 0 && step >= config().train.max_steps;
   }
@@ -189,6 +204,7 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
     grad_sync->average_gradients();
     optimizer->step();
     ++step;
+    check_replicas();
 
     const bool last = i + 1 == steps_per_epoch || step_limit_reached();
     if (step % config().log.every_steps == 0 || last) log_progress(epoch, i + 1, steps_per_epoch,

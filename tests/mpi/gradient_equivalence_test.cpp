@@ -137,6 +137,19 @@ TEST(MpiCommunicator, AllreduceSumAndAverage) {
   EXPECT_THROW(comm->allreduce(ints, comm::ReduceOp::kAvg), CommError);
 }
 
+TEST(ReplicaCheck, NamesExactlyTheRanksWhoseParametersDiffer) {
+  auto comm = comm::make_communicator("mpi", *testing::g_bootstrap, false, 0);
+  std::vector<at::Tensor> parameters{torch::linspace(-1, 1, 50), torch::ones({3, 4})};
+  EXPECT_TRUE(ddp::ranks_differing_from_root(*comm, parameters, at::kCPU).empty());
+  // The last rank changes one bit of one value; with one rank nothing can differ.
+  const int last = comm->size() - 1;
+  if (comm->rank() == last && last > 0) {
+    parameters[1].view(at::kInt)[2][1].add_(1);
+  }
+  const std::vector<int> differ = ddp::ranks_differing_from_root(*comm, parameters, at::kCPU);
+  EXPECT_EQ(differ, last > 0 ? std::vector<int>{last} : std::vector<int>{});
+}
+
 // Rank 0 waits for an allreduce the others join only after its timeout: rank 0 gets a CommError
 // naming the operation and the limit; the late ranks then complete the collective, so every
 // worker thread finishes and the communicators close normally.

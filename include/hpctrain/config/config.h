@@ -53,6 +53,7 @@ struct DistConfig {
   double bucket_mb = 0.0;  // gradient bucket size
   bool overlap = true;     // reduce buckets during backward
   double timeout_s = 0.0;  // a collective taking longer ends the job
+  std::int64_t check_replicas_every = 0;  // steps between parameter fingerprint checks; 0: never
   std::string device;             // auto | cpu | cuda
   bool allow_shared_gpu = false;  // more ranks on a node than visible GPUs: share them round-robin
 };

@@ -65,6 +65,13 @@ class GradSync {
 // message each). Shapes and order must match across ranks.
 void broadcast_tensors(comm::Communicator& comm, const std::vector<at::Tensor>& tensors, int root);
 
+// Collective: the ranks whose `tensors` differ from rank 0's, bit for bit (empty when every
+// replica is identical). Compares a 64-bit fingerprint of the bytes of every tensor (two sums of
+// their 32-bit words, one weighted by position), so it costs two small collectives, not a copy.
+// Tensors are float32 or of another 4-byte dtype, on `device`.
+std::vector<int> ranks_differing_from_root(comm::Communicator& comm,
+                                           const std::vector<at::Tensor>& tensors, c10::Device device);
+
 // Collective: the element-wise sums of every rank's `values`, as float64, through one allreduce on
 // `device` (the device the communicator carries: a CUDA device for NCCL).
 std::vector<double> sum_over_ranks(comm::Communicator& comm, const std::vector<double>& values,
