@@ -18,8 +18,25 @@
 namespace hpctrain::comm {
 namespace {
 
-MPI_Datatype mpi_type(const at::Tensor& tensor) {
+// MPI has no 16-bit floating types: they travel as 2-byte opaque elements summed by our own op,
+// in float32 per addition (gradient compression, docs/distributed.md).
+template <typename T>
+void sum_16bit(void* in, void* inout, int* count, MPI_Datatype*) {
+  const auto* a = static_cast<const T*>(in);
+  auto* b = static_cast<T*>(inout);
+  for (int i = 0; i < *count; ++i) b[i] = static_cast<T>(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+}
+
+struct SixteenBit {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  MPI_Op half_sum = MPI_OP_NULL;
+  MPI_Op bfloat16_sum = MPI_OP_NULL;
+};
+
+MPI_Datatype mpi_type(const at::Tensor& tensor, const SixteenBit& sixteen) {
   switch (tensor.scalar_type()) {
+    case at::kHalf:
+    case at::kBFloat16: return sixteen.type;
     case at::kFloat: return MPI_FLOAT;
     case at::kDouble: return MPI_DOUBLE;
     case at::kLong: return MPI_INT64_T;
@@ -56,6 +73,7 @@ struct Task {
 
 struct MpiCommunicator::State {
   MPI_Comm comm = MPI_COMM_NULL;
+  SixteenBit sixteen;
   double timeout_s = 300;
   std::mutex mutex;
   std::condition_variable changed;
@@ -136,6 +154,11 @@ MpiCommunicator::MpiCommunicator(Bootstrap& bootstrap, double timeout_s)
   HT_MPI_CHECK(MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN));
   HT_MPI_CHECK(MPI_Comm_rank(state_->comm, &rank_));
   HT_MPI_CHECK(MPI_Comm_size(state_->comm, &size_));
+  SixteenBit& sixteen = state_->sixteen;
+  HT_MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &sixteen.type));
+  HT_MPI_CHECK(MPI_Type_commit(&sixteen.type));
+  HT_MPI_CHECK(MPI_Op_create(&sum_16bit<c10::Half>, /*commute=*/1, &sixteen.half_sum));
+  HT_MPI_CHECK(MPI_Op_create(&sum_16bit<c10::BFloat16>, /*commute=*/1, &sixteen.bfloat16_sum));
   state_->timeout_s = timeout_s;
   state_->worker = std::thread([state = state_] { state->serve(); });  // Note [MPI worker thread]
 }
@@ -154,6 +177,9 @@ MpiCommunicator::~MpiCommunicator() {
     return;
   }
   state_->worker.join();  // runs what is queued first: every rank issued it
+  MPI_Op_free(&state_->sixteen.half_sum);
+  MPI_Op_free(&state_->sixteen.bfloat16_sum);
+  MPI_Type_free(&state_->sixteen.type);
   if (state_->comm != MPI_COMM_NULL) MPI_Comm_free(&state_->comm);
 }
 
@@ -165,10 +191,15 @@ std::unique_ptr<Work> MpiCommunicator::allreduce(at::Tensor& tensor, ReduceOp op
   }
   const double scale = average ? 1.0 / size_ : 1.0;
   MPI_Comm comm = state_->comm;
+  const MPI_Datatype type = mpi_type(tensor, state_->sixteen);
+  const MPI_Op sum = tensor.scalar_type() == at::kHalf       ? state_->sixteen.half_sum
+                     : tensor.scalar_type() == at::kBFloat16 ? state_->sixteen.bfloat16_sum
+                                                             : MPI_SUM;
   auto task = state_->submit(
-      "MPI allreduce of " + std::to_string(tensor.numel()) + " elements", [tensor, scale, comm] {
+      "MPI allreduce of " + std::to_string(tensor.numel()) + " elements",
+      [tensor, scale, comm, type, sum] {
         HT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), static_cast<int>(tensor.numel()),
-                                   mpi_type(tensor), MPI_SUM, comm));
+                                   type, sum, comm));
         if (scale != 1.0) tensor.mul_(scale);
       });
   return std::make_unique<MpiWork>(std::move(task), state_->timeout_s);
@@ -177,8 +208,9 @@ std::unique_ptr<Work> MpiCommunicator::allreduce(at::Tensor& tensor, ReduceOp op
 std::unique_ptr<Work> MpiCommunicator::broadcast(at::Tensor& tensor, int root) {
   check_tensor(tensor, "broadcast");
   MPI_Comm comm = state_->comm;
-  auto task = state_->submit("MPI broadcast from rank " + std::to_string(root), [tensor, root, comm] {
-    HT_MPI_CHECK(MPI_Bcast(tensor.data_ptr(), static_cast<int>(tensor.numel()), mpi_type(tensor), root, comm));
+  const MPI_Datatype type = mpi_type(tensor, state_->sixteen);
+  auto task = state_->submit("MPI broadcast from rank " + std::to_string(root), [tensor, root, comm, type] {
+    HT_MPI_CHECK(MPI_Bcast(tensor.data_ptr(), static_cast<int>(tensor.numel()), type, root, comm));
   });
   return std::make_unique<MpiWork>(std::move(task), state_->timeout_s);
 }

@@ -231,6 +231,9 @@ std::vector<Option> build_table() {
           "every rank (a fingerprint, two small collectives) and stop with an error if not; "
           "0 never checks.",
           at_least<I>(0)),
+      row("dist.grad_compression", &C::dist, &DistConfig::grad_compression, "none",
+          "Send gradient buckets as fp16 or bf16 (half the bytes; accumulation stays float32).",
+          one_of({"none", "fp16", "bf16"})),
       row("dist.timeout_s", &C::dist, &DistConfig::timeout_s, "300",
           "A collective not completed this many seconds after a rank began waiting for it ends "
           "the job with an error naming the operation.",

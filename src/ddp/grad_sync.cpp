@@ -24,6 +24,7 @@ struct GradSync::State {
   GradSyncOptions options;
   std::vector<Bucket> plan;
   std::vector<at::Tensor> buffers;       // bucket -> its flat buffer
+  std::vector<at::Tensor> wire;          // bucket -> what travels (compression), or its buffer
   std::vector<size_t> bucket_of;         // parameter -> bucket
   std::vector<std::int64_t> offset_of;   // parameter -> offset in its bucket's buffer
   std::vector<char> filled;              // parameter -> has a gradient in its slot this step
@@ -73,7 +74,8 @@ struct GradSync::State {
         slot(i).zero_();
       }
     }
-    works[b] = comm.allreduce(buffers[b], comm::ReduceOp::kAvg);
+    if (!wire[b].is_same(buffers[b])) wire[b].copy_(buffers[b]);
+    works[b] = comm.allreduce(wire[b], comm::ReduceOp::kAvg);
   }
 };
 
@@ -98,6 +100,10 @@ GradSync::GradSync(comm::Communicator& comm, std::vector<at::Tensor> parameters,
       offset += numels[i];
     }
     s.buffers.push_back(at::empty({s.plan[b].numel}, s.parameters.front().options()));
+    const bool compress = options.wire_dtype != c10::ScalarType::Undefined &&
+                          options.wire_dtype != s.buffers.back().scalar_type();
+    s.wire.push_back(compress ? at::empty({s.plan[b].numel}, s.buffers.back().options().dtype(options.wire_dtype))
+                              : s.buffers.back());
   }
   s.filled.assign(s.parameters.size(), 0);
   s.missing.assign(s.plan.size(), 0);
@@ -133,8 +139,11 @@ void GradSync::average_gradients() {
     const std::lock_guard<std::mutex> lock(s.mutex);
     while (s.next_launch < s.plan.size()) s.launch(s.next_launch++);
   }
-  for (auto& work : s.works) work->wait();
   c10::NoGradGuard no_grad;
+  for (size_t b = 0; b < s.plan.size(); ++b) {
+    s.works[b]->wait();
+    if (!s.wire[b].is_same(s.buffers[b])) s.buffers[b].copy_(s.wire[b]);
+  }
   s.unused.clear();
   for (size_t i = 0; i < s.parameters.size(); ++i) {
     if (!s.filled[i]) s.unused.push_back(i);

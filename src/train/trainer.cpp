@@ -145,6 +145,8 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
   ddp::GradSyncOptions sync_options;
   sync_options.bucket_bytes = static_cast<std::int64_t>(s.config().dist.bucket_mb * (1 << 20));
   sync_options.overlap = s.config().dist.overlap;
+  const std::string& compression = s.config().dist.grad_compression;
+  if (compression != "none") sync_options.wire_dtype = compression == "fp16" ? at::kHalf : at::kBFloat16;
   s.grad_sync = std::make_unique<ddp::GradSync>(*s.comm, parameters, sync_options);
   s.optimizer = make_optimizer(s.config().optim, parameters);
   // Dropout masks differ per rank (as separate processes would in PyTorch DDP), reproducibly.
@@ -276,11 +278,12 @@ TrainSummary Trainer::run() {
   options.drop_last = train.drop_last;
   const data::DistributedSampler sampler(options);
   log::info("training on {} samples: {} steps per epoch, global batch {} ({} ranks x {} "
-            "micro-batch(es) x {}){}; gradients in {} bucket(s), overlap {}",
+            "micro-batch(es) x {}){}; gradients in {} bucket(s), overlap {}, compression {}",
             options.dataset_size, (sampler.steps_from(0) + train.accum_steps - 1) / train.accum_steps,
             train.batch_size * train.accum_steps * s.comm->size(), s.comm->size(), train.accum_steps,
             train.batch_size, train.drop_last ? ", last partial batch dropped" : "",
-            s.grad_sync->bucket_count(), s.config().dist.overlap ? "on" : "off");
+            s.grad_sync->bucket_count(), s.config().dist.overlap ? "on" : "off",
+            s.config().dist.grad_compression);
   TrainSummary summary;
   std::int64_t epoch = 0;
   for (; epoch < train.epochs && !s.step_limit_reached(); ++epoch) {

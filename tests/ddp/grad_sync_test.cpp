@@ -26,6 +26,7 @@ class FakeCommunicator final : public comm::Communicator {
   int size() const override { return size_; }
   std::unique_ptr<comm::Work> allreduce(at::Tensor& t, comm::ReduceOp op) override {
     ++allreduces;
+    last_dtype = t.scalar_type();
     t.add_(peer_value_ * (size_ - 1));
     if (op == comm::ReduceOp::kAvg) t.div_(size_);
     return std::make_unique<DoneWork>();
@@ -36,6 +37,7 @@ class FakeCommunicator final : public comm::Communicator {
   }
   void barrier() override {}
   int allreduces = 0;
+  at::ScalarType last_dtype = at::ScalarType::Undefined;
 
  private:
   int rank_;
@@ -158,6 +160,22 @@ TEST(GradSync, OneRankLeavesGradientsAsTheyAreWithoutCommunicating) {
   sync.average_gradients();
   EXPECT_EQ(comm.allreduces, 0);
   EXPECT_TRUE(at::allclose(p.a.grad(), at::full({3}, 3.0)));
+}
+
+TEST(GradSync, CompressedBucketsTravelInHalfAndComeBackAsFloat) {
+  for (const at::ScalarType wire : {at::kHalf, at::kBFloat16}) {
+    TwoParameters p;
+    FakeCommunicator comm(0, 2, 0.5);
+    GradSyncOptions options;
+    options.wire_dtype = wire;
+    GradSync sync(comm, {p.a, p.b}, options);
+    sync.begin_backward(true);
+    p.backward(1.5);
+    sync.average_gradients();
+    EXPECT_EQ(comm.last_dtype, wire);
+    EXPECT_EQ(p.a.grad().scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::allclose(p.a.grad(), at::full({3}, (1.5 + 0.5) / 2)));  // exact in 16 bits
+  }
 }
 
 TEST(BroadcastTensors, NonRootsTakeTheRootsValuesForEveryDtype) {

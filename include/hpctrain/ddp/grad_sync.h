@@ -12,6 +12,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 
 #include <cstdint>
 #include <memory>
@@ -27,6 +28,9 @@ struct GradSyncOptions {
   std::int64_t bucket_bytes = std::int64_t{25} << 20;
   bool overlap = true;      // false: every bucket starts in average_gradients(), after backward
   bool warn_unused = true;  // log the first step in which a parameter got no gradient
+  // Buckets travel in this dtype (at::kHalf or at::kBFloat16 halve the bytes; the buckets and
+  // the accumulation over micro-batches stay float32); Undefined: as the parameters are.
+  c10::ScalarType wire_dtype = c10::ScalarType::Undefined;
 };
 
 class GradSync {
