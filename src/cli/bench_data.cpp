@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <tuple>
 
 #include "hpctrain/cli/commands.h"
+#include "hpctrain/comm/bootstrap.h"
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/timer.h"
@@ -32,7 +34,11 @@ const char* const kDataUsage =
     "--cache-mb) and is reported on its own; then, for each case, one untimed pass and\n"
     "--repeats timed passes, reported as medians. MB/s counts the bytes of the input and label\n"
     "fields delivered (raw: file bytes). The check sums every label seen in shuffled order and\n"
-    "compares it with the split's label sum, so a lost or repeated sample fails the run.\n";
+    "compares it with the split's label sum, so a lost or repeated sample fails the run.\n\n"
+    "usage: mpirun -np N hpctrain bench data --data PATH --io [--split train] [--repeats 3]\n\n"
+    "Times reading the whole split into memory on every rank: each rank on its own (posix, as\n"
+    "data.io=posix does over the first epoch) against all ranks together through MPI-IO (mpio,\n"
+    "data.io=mpio: each rank reads 1/N and the shares are exchanged).\n";
 
 std::int64_t read_file_raw(const std::string& path, std::vector<char>& buffer) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -46,6 +52,9 @@ std::int64_t read_file_raw(const std::string& path, std::vector<char>& buffer) {
 
 }  // namespace
 
+int bench_data_io(const std::string& dir, const std::string& split_name, std::int64_t cache_mb,
+                  int repeats);
+
 int bench_data(const config::ParsedArgs& parsed) {
   if (!parsed.has("data")) throw ConfigError("bench data: --data PATH is required");
   const std::string dir = parsed.flags.at("data");
@@ -54,6 +63,7 @@ int bench_data(const config::ParsedArgs& parsed) {
   const auto repeats = static_cast<int>(int_flag(parsed, "bench data", "repeats", "3"));
   const std::int64_t cache_mb = int_flag(parsed, "bench data", "cache-mb", "256");
   if (batch < 1 || repeats < 1) throw ConfigError("bench data: --batch-size and --repeats must be >= 1");
+  if (parsed.has("io")) return bench_data_io(dir, split_name, cache_mb, repeats);
 
   const data::Split split = data::Split::load(dir, split_name, cache_mb << 20);
   const data::Manifest& m = split.manifest();
@@ -114,6 +124,59 @@ int bench_data(const config::ParsedArgs& parsed) {
   std::printf("check: %s (label sum %lld in shuffled order, %lld in file order)\n", check ? "OK" : "FAILED",
               static_cast<long long>(label_sum), static_cast<long long>(sequential_sum));
   if (!check) throw DataError("bench data: the shuffled pass did not see every sample exactly once");
+  return 0;
+}
+
+// --io: the time to read the whole split into memory on every rank, each rank on its own (posix)
+// against all ranks together through MPI-IO (mpio), alternating, `repeats` times each.
+int bench_data_io(const std::string& dir, const std::string& split_name, std::int64_t cache_mb,
+                  int repeats) {
+  config::LogConfig log_config;
+  log_config.level = "info";
+  init_early_logging(log_config);
+  const auto bootstrap = start_mpi(log_config);
+  const auto slowest = [&](double seconds) {
+    std::vector<float> all(static_cast<size_t>(bootstrap->world_size()), 0.0f);
+    all[static_cast<size_t>(bootstrap->world_rank())] = static_cast<float>(seconds);
+    bootstrap->allreduce_sum(all.data(), static_cast<std::int64_t>(all.size()));
+    return static_cast<double>(*std::max_element(all.begin(), all.end()));
+  };
+  std::vector<double> posix_s;
+  std::vector<double> mpio_s;
+  std::int64_t split_bytes = 0;
+  for (int r = 0; r < repeats; ++r) {
+    for (const bool collective : {false, true}) {
+      const data::Split split = data::Split::load(dir, split_name, cache_mb << 20);
+      if (!split.caches_blocks()) {
+        throw ConfigError("bench data --io: split '" + split_name + "' does not fit in --cache-mb " +
+                          std::to_string(cache_mb) + "; raise it");
+      }
+      split_bytes = split.size() * (data::row_bytes(split.manifest().fields.front()) + 8);
+      bootstrap->barrier();
+      const Timer timer;
+      if (collective) {
+        split.preload_collective();
+      } else {
+        split.preload();
+      }
+      (collective ? mpio_s : posix_s).push_back(slowest(timer.elapsed_s()));
+    }
+  }
+  if (bootstrap->world_rank() == 0) {
+    const int n = bootstrap->world_size();
+    std::printf("# bench data --io: %s split %s (%.1f MB) read whole into memory on each of %d rank(s),\n"
+                "# posix then mpio, %d times; seconds of the slowest rank; file MB/s = bytes the file\n"
+                "# system served / time (posix: every rank reads it all; mpio: each byte once)\n",
+                dir.c_str(), split_name.c_str(), split_bytes / 1e6, n, repeats);
+    std::printf("%-8s %-40s %12s\n", "io", "seconds (each repeat)", "file MB/s");
+    for (const auto& [name, seconds, reads] :
+         {std::tuple<const char*, const std::vector<double>&, int>{"posix", posix_s, n},
+          {"mpio", mpio_s, 1}}) {
+      std::string each;
+      for (const double x : seconds) each += (each.empty() ? "" : " ") + std::to_string(x).substr(0, 6);
+      std::printf("%-8s %-40s %12.1f\n", name, each.c_str(), reads * split_bytes / median(seconds) / 1e6);
+    }
+  }
   return 0;
 }
 

@@ -169,6 +169,11 @@ std::vector<Option> build_table() {
       row("data.prefetch", &C::data, &DataConfig::prefetch, "2",
           "Batches read ahead on a background thread; 0 reads each batch in the training thread.",
           at_least<I>(0)),
+      row("data.io", &C::data, &DataConfig::io, "posix",
+          "How a split held in memory is read: posix, each rank reading the blocks it needs as "
+          "batches first touch them; mpio, all ranks reading it together before training through "
+          "MPI-IO, every byte once (docs/dataset-format.md).",
+          one_of({"posix", "mpio"})),
       row("data.cache_mb", &C::data, &DataConfig::cache_mb, "256",
           "Memory per split and rank for its data, in MiB: a split that fits is kept in memory "
           "once read (shuffled order then costs what file order costs); a larger one is read "

@@ -9,6 +9,7 @@
 
 #include "hpctrain/data/dataset_check.h"
 #include "hpctrain/data/shard_writer.h"
+#include "hpctrain/io/collective_file.h"
 
 namespace hpctrain::data {
 namespace {
@@ -233,6 +234,37 @@ at::Tensor Split::normalize(const at::Tensor& raw) const {
 }
 
 bool Split::caches_blocks() const { return state_->cache_blocks; }
+
+void Split::preload() const {
+  const State& s = *state_;
+  HT_CHECK(s.cache_blocks, "preload of a split that is not held in memory");
+  for (const State::Shard& shard : s.shards) {
+    for (size_t b = 0; b < shard.blocks.size(); ++b) s.block(shard, static_cast<std::int64_t>(b));
+  }
+}
+
+void Split::preload_collective() const {
+  const State& s = *state_;
+  HT_CHECK(s.cache_blocks, "preload of a split that is not held in memory");
+  const FieldSpec& label = s.manifest.field("label");
+  for (const State::Shard& shard : s.shards) {
+    const io::CollectiveFile file = io::CollectiveFile::open(shard.file.path(), ExitCode::kData);
+    std::vector<std::uint8_t> input(static_cast<size_t>(shard.samples * s.row_bytes));
+    std::vector<std::int64_t> labels(static_cast<size_t>(shard.samples));
+    file.read_rows_everywhere(s.input_field.name, memory_dtype(s.input_field.dtype), 0, shard.samples,
+                              input.data());
+    file.read_rows_everywhere(label.name, io::DType::kInt64, 0, shard.samples, labels.data());
+    s.check_labels(labels.data(), shard.samples);
+    for (size_t b = 0; b < shard.blocks.size(); ++b) {
+      const std::int64_t first = static_cast<std::int64_t>(b) * s.block_rows;
+      const std::int64_t rows = std::min(s.block_rows, shard.samples - first);
+      auto block = std::make_unique<State::Block>();
+      block->input.assign(input.begin() + first * s.row_bytes, input.begin() + (first + rows) * s.row_bytes);
+      block->labels.assign(labels.begin() + first, labels.begin() + first + rows);
+      shard.blocks[b] = std::move(block);
+    }
+  }
+}
 
 Batch Split::range(std::int64_t first, std::int64_t count) const {
   std::vector<std::int64_t> indices(static_cast<size_t>(count));

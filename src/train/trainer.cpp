@@ -103,6 +103,21 @@ struct Trainer::State {
     if (!buffers.empty() && comm->size() > 1) ddp::broadcast_tensors(*comm, buffers, 0);
   }
 
+  // data.io=mpio: the split is read once by all ranks together, before the first epoch.
+  void read_train_split_collectively() {
+    if (config().data.io != "mpio" || !setup.train_split) return;
+    if (!setup.train_split->caches_blocks()) {
+      log::warn("data.io=mpio applies to a split held in memory; '{}' is larger than data.cache_mb={} "
+                "and is read per batch with POSIX reads",
+                config().data.train_split, config().data.cache_mb);
+      return;
+    }
+    const Timer timer;
+    setup.train_split->preload_collective();
+    log::info("split '{}' read through MPI-IO by {} rank(s) in {:.2f} s", config().data.train_split,
+              bootstrap.world_size(), timer.elapsed_s());
+  }
+
   // dist.check_replicas_every: every replica must hold rank 0's parameters, bit for bit.
   void check_replicas() {
     const std::int64_t every = config().dist.check_replicas_every;
@@ -132,6 +147,7 @@ struct Trainer::State {
 Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory run_dir)
     : state_(std::make_unique<State>(std::move(setup), bootstrap, std::move(run_dir))) {
   State& s = *state_;
+  s.read_train_split_collectively();
   torch::nn::Module& module = s.net().module();
   module.to(s.device);
   s.comm = comm::make_communicator(s.config().dist.backend, bootstrap, s.setup.use_cuda,

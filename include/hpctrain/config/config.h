@@ -17,6 +17,7 @@ struct DataConfig {
   std::string train_split;
   std::string eval_split;
   std::int64_t prefetch = 0;  // batches read ahead on a background thread; 0: in the training thread
+  std::string io;             // posix | mpio: how a split held in memory is read
   std::int64_t cache_mb = 0;  // memory per split and rank: the whole split, or HDF5's chunk cache
 };
 

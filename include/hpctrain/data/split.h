@@ -46,6 +46,13 @@ class Split {
   // True when the whole split fits in the cache budget and is held in memory in blocks once read.
   bool caches_blocks() const;
 
+  // For a split held in memory (caches_blocks()): reads every block not read yet, now.
+  // preload() reads on this rank alone (POSIX I/O through HDF5). preload_collective() is
+  // collective over MPI_COMM_WORLD (data.io=mpio): each shard is read once by all ranks together
+  // through MPI-IO, each rank reading 1/W of it, and shared (io/collective_file.h).
+  void preload() const;
+  void preload_collective() const;
+
  private:
   struct State;
   std::shared_ptr<const State> state_;  // shared: a Split is cheap to copy
