@@ -85,7 +85,10 @@ int bench_comm(const config::ParsedArgs& parsed) {
   }
   const bool cuda = backend == "nccl";
   comm::validate_backend(backend, cuda);  // before MPI: the same answer on every rank
-  if (cuda) train::resolve_use_cuda("cuda", train::visible_gpus());
+  if (cuda && train::visible_gpus() == 0) {
+    throw ConfigError("bench comm --backend nccl: libtorch sees no GPU (CPU-only libtorch, no GPU, "
+                      "or CUDA_VISIBLE_DEVICES hides them); use --backend mpi");
+  }
 
   config::LogConfig log_config;
   log_config.level = "info";

@@ -64,7 +64,14 @@ int bench_step(const config::ParsedArgs& parsed) {
   if (batch < 1 || steps < 1 || bucket_mb < 1) {
     throw ConfigError("bench step: --batch-size, --steps and --bucket-mb must be >= 1");
   }
-  const bool use_cuda = train::resolve_use_cuda(device_option, train::visible_gpus());
+  if (device_option != "cpu" && device_option != "cuda") {
+    throw ConfigError("bench step: --device must be cpu or cuda, got '" + device_option + "'");
+  }
+  const bool use_cuda = device_option == "cuda";
+  if (use_cuda && train::visible_gpus() == 0) {
+    throw ConfigError("bench step --device cuda: libtorch sees no GPU (CPU-only libtorch, no GPU, "
+                      "or CUDA_VISIBLE_DEVICES hides them); use --device cpu");
+  }
   comm::validate_backend("auto", use_cuda);
   auto net = model::make_model(model_config, {{1, 28, 28}, 10});  // throws for an unknown model
 

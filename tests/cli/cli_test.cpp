@@ -124,5 +124,19 @@ TEST(Cli, GpuOptionsWithoutAGpuAreExitCode2BeforeAnythingIsWritten) {
   hpctrain::sys::remove_tree(dir);
 }
 
+TEST(Cli, BenchArgumentErrorsAreOneLineWithExitCode2) {
+  for (const auto& [args, expect] :
+       {std::pair<std::string, std::string>{"bench comm --backend nccl", "nccl"},
+        {"bench step --device tpu", "--device must be cpu or cuda"},
+        {"bench step --device cuda", "use --device cpu"},
+        {"bench comm --min-bytes 1KiB --max-bytes 512", "--min-bytes <= --max-bytes"},
+        {"bench nothing", "expected 'data', 'comm' or 'step'"}}) {
+    const ProcessResult r = run_command("env CUDA_VISIBLE_DEVICES= " + std::string(kBin) + " " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
+    EXPECT_EQ(count_lines_with(r.err, "hpctrain: error:"), 1) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(expect), std::string::npos) << args << ": " << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace hpctrain::testing
