@@ -6,30 +6,9 @@
 #include <limits>
 #include <vector>
 
+#include "hdf5_handles.h"
+
 namespace hpctrain::io {
-namespace {
-
-hid_t memory_type(DType dtype) {
-  switch (dtype) {
-    case DType::kUInt8: return H5T_NATIVE_UINT8;
-    case DType::kUInt16: return H5T_NATIVE_UINT16;
-    case DType::kInt32: return H5T_NATIVE_INT32;
-    case DType::kInt64: return H5T_NATIVE_INT64;
-    case DType::kFloat32: return H5T_NATIVE_FLOAT;
-    case DType::kFloat64: return H5T_NATIVE_DOUBLE;
-  }
-  return H5T_NATIVE_UINT8;
-}
-
-// Closes an HDF5 handle of any kind at scope exit.
-struct Closer {
-  hid_t id;
-  ~Closer() {
-    if (id >= 0) H5Idec_ref(id);
-  }
-};
-
-}  // namespace
 
 CollectiveFile::CollectiveFile(std::int64_t id, std::string path, ExitCode code)
     : id_(id), path_(std::move(path)), code_(code) {}
@@ -45,9 +24,9 @@ CollectiveFile::~CollectiveFile() {
 
 CollectiveFile CollectiveFile::open(const std::string& path, ExitCode code) {
 #ifdef H5_HAVE_PARALLEL
-  const Closer access{H5Pcreate(H5P_FILE_ACCESS)};
-  H5Pset_fapl_mpio(access.id, MPI_COMM_WORLD, MPI_INFO_NULL);
-  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.id);
+  const Handle access(H5Pcreate(H5P_FILE_ACCESS));
+  H5Pset_fapl_mpio(access.get(), MPI_COMM_WORLD, MPI_INFO_NULL);
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get());
   if (id < 0) throw Error(path + ": cannot open through MPI-IO (data.io=mpio)", code);
   return CollectiveFile(id, path, code);
 #else
@@ -65,12 +44,12 @@ void CollectiveFile::read_rows_everywhere(const std::string& dataset, DType dtyp
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   const std::string where = path_ + ": dataset '" + dataset + "'";
-  const Closer set{H5Dopen2(id_, dataset.c_str(), H5P_DEFAULT)};
-  if (set.id < 0) throw Error(where + ": cannot open", code_);
-  const Closer file_space{H5Dget_space(set.id)};
-  const int dims_count = H5Sget_simple_extent_ndims(file_space.id);
+  const Handle set(H5Dopen2(id_, dataset.c_str(), H5P_DEFAULT));
+  if (!set.ok()) throw Error(where + ": cannot open", code_);
+  const Handle file_space(H5Dget_space(set.get()));
+  const int dims_count = H5Sget_simple_extent_ndims(file_space.get());
   std::vector<hsize_t> dims(static_cast<size_t>(std::max(dims_count, 1)), 1);
-  H5Sget_simple_extent_dims(file_space.id, dims.data(), nullptr);
+  H5Sget_simple_extent_dims(file_space.get(), dims.data(), nullptr);
   if (dims_count < 1 || first < 0 || count < 0 || static_cast<hsize_t>(first + count) > dims[0]) {
     throw Error(where + ": rows outside the dataset", code_);
   }
@@ -98,16 +77,16 @@ void CollectiveFile::read_rows_everywhere(const std::string& dataset, DType dtyp
   start[0] = static_cast<hsize_t>(mine_first);
   extent[0] = static_cast<hsize_t>(mine_count);
   if (mine_count > 0) {
-    H5Sselect_hyperslab(file_space.id, H5S_SELECT_SET, start.data(), nullptr, extent.data(), nullptr);
+    H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, extent.data(), nullptr);
   } else {
-    H5Sselect_none(file_space.id);  // still takes part in the collective read
+    H5Sselect_none(file_space.get());  // still takes part in the collective read
   }
-  const Closer memory_space{H5Screate_simple(static_cast<int>(extent.size()), extent.data(), nullptr)};
-  if (mine_count == 0) H5Sselect_none(memory_space.id);
-  const Closer transfer{H5Pcreate(H5P_DATASET_XFER)};
-  H5Pset_dxpl_mpio(transfer.id, H5FD_MPIO_COLLECTIVE);
+  const Handle memory_space(H5Screate_simple(static_cast<int>(extent.size()), extent.data(), nullptr));
+  if (mine_count == 0) H5Sselect_none(memory_space.get());
+  const Handle transfer(H5Pcreate(H5P_DATASET_XFER));
+  H5Pset_dxpl_mpio(transfer.get(), H5FD_MPIO_COLLECTIVE);
   auto* base = static_cast<char*>(out);
-  if (H5Dread(set.id, memory_type(dtype), memory_space.id, file_space.id, transfer.id,
+  if (H5Dread(set.get(), native_type(dtype), memory_space.get(), file_space.get(), transfer.get(),
               base + offsets[static_cast<size_t>(rank)]) < 0) {
     throw Error(where + ": collective read failed (corrupted or truncated?)", code_);
   }

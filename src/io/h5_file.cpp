@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "hdf5_handles.h"
+
 namespace hpctrain::io {
 namespace {
 
@@ -29,34 +31,6 @@ std::string hdf5_message() {
   H5Eclear2(H5E_DEFAULT);
   return message.empty() ? "HDF5 call failed" : message;
 }
-
-hid_t native_type(DType dtype) {
-  switch (dtype) {
-    case DType::kUInt8: return H5T_NATIVE_UINT8;
-    case DType::kUInt16: return H5T_NATIVE_UINT16;
-    case DType::kInt32: return H5T_NATIVE_INT32;
-    case DType::kInt64: return H5T_NATIVE_INT64;
-    case DType::kFloat32: return H5T_NATIVE_FLOAT;
-    case DType::kFloat64: return H5T_NATIVE_DOUBLE;
-  }
-  return H5T_NATIVE_UINT8;
-}
-
-// Closes an HDF5 handle of any kind at scope exit.
-class Handle {
- public:
-  explicit Handle(hid_t id = -1) : id_(id) {}
-  ~Handle() {
-    if (id_ >= 0) H5Idec_ref(id_);
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-
- private:
-  hid_t id_;
-};
 
 std::vector<hsize_t> to_hsize(const std::vector<std::int64_t>& shape) {
   return std::vector<hsize_t>(shape.begin(), shape.end());

@@ -1,0 +1,39 @@
+// What io/*.cpp share over the HDF5 C API: the native type of a DType, and a handle closed at
+// scope exit. Private to src/io (includes hdf5.h).
+#pragma once
+
+#include <hdf5.h>
+
+#include "hpctrain/io/h5_file.h"
+
+namespace hpctrain::io {
+
+inline hid_t native_type(DType dtype) {
+  switch (dtype) {
+    case DType::kUInt8: return H5T_NATIVE_UINT8;
+    case DType::kUInt16: return H5T_NATIVE_UINT16;
+    case DType::kInt32: return H5T_NATIVE_INT32;
+    case DType::kInt64: return H5T_NATIVE_INT64;
+    case DType::kFloat32: return H5T_NATIVE_FLOAT;
+    case DType::kFloat64: return H5T_NATIVE_DOUBLE;
+  }
+  return H5T_NATIVE_UINT8;
+}
+
+// Closes an HDF5 handle of any kind at scope exit.
+class Handle {
+ public:
+  explicit Handle(hid_t id = -1) : id_(id) {}
+  ~Handle() {
+    if (id_ >= 0) H5Idec_ref(id_);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+};
+
+}  // namespace hpctrain::io
