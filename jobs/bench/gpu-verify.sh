@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --deps) deps=$(realpath "$2"); shift 2 ;;
     --fashion-mnist) fmnist=$(realpath "$2"); shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "gpu-verify.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
