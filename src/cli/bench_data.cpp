@@ -16,6 +16,7 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/timer.h"
 #include "hpctrain/data/distributed_sampler.h"
+#include "hpctrain/data/loader.h"
 #include "hpctrain/data/shard_writer.h"
 #include "hpctrain/data/split.h"
 #include "bench.h"
@@ -27,18 +28,21 @@ namespace {
 const char* const kDataUsage =
     "usage: hpctrain bench data --data PATH [--split train] [--batch-size 64] [--repeats 3]\n"
     "                           [--cache-mb 256]\n\n"
-    "Reads the split with hpctrain's loader in sequential and in shuffled order (one reader\n"
-    "thread, batches of --batch-size) and reads the same shard files raw with read(2), 4 MiB at\n"
-    "a time. The loader's first pass in file order reads the split from the files (and fills\n"
-    "the page cache and the loader's block cache, or HDF5's chunk cache for a split larger than\n"
-    "--cache-mb) and is reported on its own; then, for each case, one untimed pass and\n"
-    "--repeats timed passes, reported as medians. MB/s counts the bytes of the input and label\n"
-    "fields delivered (raw: file bytes). The check sums every label seen in shuffled order and\n"
-    "compares it with the split's label sum, so a lost or repeated sample fails the run.\n\n"
+    "Reads the split with hpctrain's loader (data.prefetch=4) in sequential and in shuffled\n"
+    "order, with 1 and with 2 reader threads (1T, 2T), in batches of --batch-size, and reads\n"
+    "the same shard files raw with read(2), 4 MiB at a time. The loader's first pass in file\n"
+    "order reads the split from the files (and fills the page cache and the loader's block\n"
+    "cache, or HDF5's chunk cache for a split larger than --cache-mb) and is reported on its\n"
+    "own; then, for each case, one untimed pass and --repeats timed passes, reported as\n"
+    "medians. MB/s counts the bytes of the input and label fields delivered (raw: file bytes).\n"
+    "The check compares the label sum of every pass with the one in file order, so a lost or\n"
+    "repeated sample fails the run.\n\n"
     "usage: mpirun -np N hpctrain bench data --data PATH --io [--split train] [--repeats 3]\n\n"
     "Times reading the whole split into memory on every rank: each rank on its own (posix, as\n"
     "data.io=posix does over the first epoch) against all ranks together through MPI-IO (mpio,\n"
     "data.io=mpio: each rank reads 1/N and the shares are exchanged).\n";
+
+constexpr int kPrefetch = 4;
 
 std::int64_t read_file_raw(const std::string& path, std::vector<char>& buffer) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -77,24 +81,42 @@ int bench_data(const config::ParsedArgs& parsed) {
   const data::DistributedSampler sampler(options);
   const std::vector<std::int64_t> shuffled = sampler.global_order(0);
 
-  std::int64_t label_sum = 0;
-  const auto pass = [&](bool shuffle) {
-    label_sum = 0;
+  // Each pass reads the split once through a Loader, as training does, summing the labels.
+  const auto steps_of = [&](bool shuffle) {
+    std::vector<std::vector<std::int64_t>> steps;
     for (std::int64_t first = 0; first < n; first += batch) {
       const std::int64_t count = std::min(batch, n - first);
-      const data::Batch b = shuffle ? split.gather(std::vector<std::int64_t>(
-                                          shuffled.begin() + first, shuffled.begin() + first + count))
-                                    : split.range(first, count);
-      label_sum += b.target.sum().item<std::int64_t>();
+      steps.emplace_back(count);
+      for (std::int64_t k = 0; k < count; ++k) steps.back()[k] = shuffle ? shuffled[first + k] : first + k;
     }
+    return steps;
   };
+  const std::vector<std::vector<std::int64_t>> sequential_steps = steps_of(false);
+  const std::vector<std::vector<std::int64_t>> shuffled_steps = steps_of(true);
+  std::int64_t label_sum = 0;
+  const auto pass = [&](const std::vector<std::vector<std::int64_t>>& steps, int threads) {
+    data::Loader loader(split, steps, {kPrefetch, threads});
+    label_sum = 0;
+    for (size_t i = 0; i < steps.size(); ++i) label_sum += loader.next().target.sum().item<std::int64_t>();
+  };
+  struct Case {
+    std::string name;
+    double seconds;
+  };
+  std::vector<Case> cases;
   const Timer first_timer;
-  pass(false);
-  const double first_s = first_timer.elapsed_s();
-  const double sequential_s = median(time_passes(repeats, [&] { pass(false); }));
+  pass(sequential_steps, 1);
+  cases.push_back({"loader first pass", first_timer.elapsed_s()});
   const std::int64_t sequential_sum = label_sum;
-  const double random_s = median(time_passes(repeats, [&] { pass(true); }));
-  const bool check = label_sum == sequential_sum;
+  bool check = true;
+  for (const bool shuffle : {false, true}) {
+    for (const int threads : {1, 2}) {
+      const double seconds = median(time_passes(repeats, [&] { pass(shuffle ? shuffled_steps : sequential_steps, threads); }));
+      cases.push_back({std::string(shuffle ? "loader shuffled" : "loader sequential") + ", " +
+                           std::to_string(threads) + "T", seconds});
+      check = check && label_sum == sequential_sum;
+    }
+  }
 
   std::vector<char> buffer(4 << 20);
   std::int64_t raw_bytes = 0;
@@ -106,24 +128,23 @@ int bench_data(const config::ParsedArgs& parsed) {
   }));
 
   const double raw_mbps = raw_bytes / raw_s / 1e6;
-  std::printf("# bench data: %s split %s, %lld samples of %lld bytes, batch %lld, 1 reader thread,\n"
-              "# %s; median of %d timed passes after 1 untimed pass; MB/s = delivered bytes / time\n",
+  std::printf("# bench data: %s split %s, %lld samples of %lld bytes, batch %lld, prefetch %d,\n"
+              "# 1 or 2 reader threads (1T, 2T); %s;\n"
+              "# median of %d timed passes after 1 untimed pass; MB/s = delivered bytes / time\n",
               dir.c_str(), split_name.c_str(), static_cast<long long>(n),
-              static_cast<long long>(sample_bytes), static_cast<long long>(batch),
+              static_cast<long long>(sample_bytes), static_cast<long long>(batch), kPrefetch,
               split.caches_blocks() ? "split held in memory after its first read"
                                     : "split larger than --cache-mb: read per batch",
               repeats);
-  std::printf("%-22s %12s %10s %12s\n", "case", "samples/s", "MB/s", "% of raw");
-  std::printf("%-22s %12s %10.1f %12s\n", "raw sequential read", "-", raw_mbps, "100.0");
-  for (const auto& [name, seconds] : {std::pair<const char*, double>{"loader first pass", first_s},
-                                      {"loader sequential", sequential_s},
-                                      {"loader shuffled", random_s}}) {
-    const double mbps = n * sample_bytes / seconds / 1e6;
-    std::printf("%-22s %12.0f %10.1f %12.1f\n", name, n / seconds, mbps, 100.0 * mbps / raw_mbps);
+  std::printf("%-24s %12s %10s %12s\n", "case", "samples/s", "MB/s", "% of raw");
+  std::printf("%-24s %12s %10.1f %12s\n", "raw sequential read", "-", raw_mbps, "100.0");
+  for (const Case& c : cases) {
+    const double mbps = n * sample_bytes / c.seconds / 1e6;
+    std::printf("%-24s %12.0f %10.1f %12.1f\n", c.name.c_str(), n / c.seconds, mbps, 100.0 * mbps / raw_mbps);
   }
-  std::printf("check: %s (label sum %lld in shuffled order, %lld in file order)\n", check ? "OK" : "FAILED",
-              static_cast<long long>(label_sum), static_cast<long long>(sequential_sum));
-  if (!check) throw DataError("bench data: the shuffled pass did not see every sample exactly once");
+  std::printf("check: %s (label sum of every timed pass against %lld in file order)\n",
+              check ? "OK" : "FAILED", static_cast<long long>(sequential_sum));
+  if (!check) throw DataError("bench data: a pass did not see every sample exactly once");
   return 0;
 }
 

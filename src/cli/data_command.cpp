@@ -12,6 +12,8 @@
 #include "hpctrain/data/dataset_check.h"
 #include "hpctrain/data/distributed_sampler.h"
 #include "hpctrain/data/manifest.h"
+#include "hpctrain/data/token_stream.h"
+#include "hpctrain/data/token_windows.h"
 #include "runtime.h"
 
 namespace hpctrain::cli {
@@ -21,14 +23,16 @@ const char* kUsage =
     "usage: hpctrain data inspect PATH [--verify]\n"
     "       hpctrain data order --data PATH [--split train] --world-size W --rank R --epoch E\n"
     "                           [--seed S] [--from-cursor C] [--limit K] [--batch-size B]\n"
-    "                           [--drop-last] [--no-shuffle]\n\n"
+    "                           [--drop-last] [--no-shuffle] [--block-size T]\n\n"
     "inspect: the manifest, schema and sample counts per split and shard; --verify also reads\n"
     "         every chunk (checking its checksum) and names the first bad shard and field.\n"
     "order:   the dataset indices rank R trains on in epoch E (1-based, as the logs count), one\n"
     "         per line, in order, from the epoch's global cursor C (0: the start). --seed,\n"
     "         --batch-size, --drop-last and --no-shuffle must match the run's train.seed,\n"
     "         train.batch_size, train.drop_last and train.shuffle (defaults: their defaults);\n"
-    "         the batch size matters only with --drop-last.\n";
+    "         the batch size matters only with --drop-last. For a token stream (prepare text),\n"
+    "         the offsets of the windows of --block-size + 1 tokens rank R trains on, drawn\n"
+    "         from (seed, epoch, window position); C counts windows.\n";
 
 std::string table_default(const char* option) { return *config::find_option(option)->default_text; }
 
@@ -65,6 +69,41 @@ int inspect(const config::ParsedArgs& parsed) {
   return 0;
 }
 
+void print_first(const std::vector<std::int64_t>& values, std::int64_t limit) {
+  const size_t count = limit > 0 ? std::min(values.size(), static_cast<size_t>(limit)) : values.size();
+  std::ostringstream out;
+  for (size_t i = 0; i < count; ++i) out << values[i] << "\n";
+  std::cout << out.str();
+}
+
+// `data order` on a token stream: window offsets instead of sample indices.
+int window_order(const config::ParsedArgs& parsed, const data::SplitSpec& split, std::int64_t epoch,
+                 std::int64_t cursor, const data::SamplerOptions& samples) {
+  if (!parsed.has("block-size")) {
+    throw ConfigError("data order: the split is a token stream; --block-size is required (the "
+                      "tokens a model sees per window)");
+  }
+  if (parsed.has("drop-last") || parsed.has("no-shuffle")) {
+    throw ConfigError("data order: --drop-last and --no-shuffle apply to sample splits; a token "
+                      "stream's windows are always drawn at random");
+  }
+  data::TokenWindowOptions options;
+  options.stream_tokens = split.samples();
+  options.block_size = int_flag(parsed, "data", "block-size", "");
+  options.world_size = samples.world_size;
+  options.rank = samples.rank;
+  options.batch_size = samples.batch_size;
+  options.seed = samples.seed;
+  if (options.block_size < 1) throw ConfigError("data order: --block-size must be >= 1");
+  const data::TokenWindowSampler sampler(options);
+  if (cursor > sampler.windows_per_epoch()) {
+    throw ConfigError("data order: --from-cursor " + std::to_string(cursor) + " is past the epoch's " +
+                      std::to_string(sampler.windows_per_epoch()) + " windows");
+  }
+  print_first(sampler.rank_offsets(epoch - 1, cursor), int_flag(parsed, "data", "limit", "0"));
+  return 0;
+}
+
 int order(const config::ParsedArgs& parsed) {
   for (const char* required : {"data", "world-size", "rank", "epoch"}) {
     if (!parsed.has(required)) throw ConfigError(std::string("data order: --") + required + " is required");
@@ -86,17 +125,19 @@ int order(const config::ParsedArgs& parsed) {
   if (epoch < 1) throw ConfigError("data order: --epoch counts from 1, as the training log does");
   if (options.batch_size < 1) throw ConfigError("data order: --batch-size must be >= 1");
   const std::int64_t cursor = int_flag(parsed, "data", "from-cursor", "0");
+  if (cursor < 0) throw ConfigError("data order: --from-cursor must be >= 0");
+  if (data::is_token_stream(m)) return window_order(parsed, m.split(split), epoch, cursor, options);
+  if (parsed.has("block-size")) {
+    throw ConfigError("data order: --block-size applies to token streams; split '" + split +
+                      "' holds samples");
+  }
   if (cursor > options.dataset_size) {
     throw ConfigError("data order: --from-cursor " + std::to_string(cursor) + " is past the split's " +
                       std::to_string(options.dataset_size) + " samples");
   }
   const data::DistributedSampler sampler(options);
-  const std::vector<std::int64_t> indices = sampler.rank_indices(sampler.global_order(epoch - 1), cursor);
-  const std::int64_t limit = int_flag(parsed, "data", "limit", "0");
-  const size_t count = limit > 0 ? std::min(indices.size(), static_cast<size_t>(limit)) : indices.size();
-  std::ostringstream out;
-  for (size_t i = 0; i < count; ++i) out << indices[i] << "\n";
-  std::cout << out.str();
+  print_first(sampler.rank_indices(sampler.global_order(epoch - 1), cursor),
+              int_flag(parsed, "data", "limit", "0"));
   return 0;
 }
 
@@ -108,6 +149,7 @@ int run_data(const Args& args) {
       {"world-size", true, ""},   {"rank", true, ""},        {"epoch", true, ""},
       {"seed", true, ""},         {"from-cursor", true, ""}, {"limit", true, ""},
       {"batch-size", true, ""},   {"drop-last", false, ""},  {"no-shuffle", false, ""},
+      {"block-size", true, ""},
   };
   if (wants_help(args)) {
     std::cout << kUsage;

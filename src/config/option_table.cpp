@@ -167,8 +167,14 @@ std::vector<Option> build_table() {
       row("data.eval_split", &C::data, &DataConfig::eval_split, "test",
           "Split evaluated at the end of every epoch; empty disables evaluation."),
       row("data.prefetch", &C::data, &DataConfig::prefetch, "2",
-          "Batches read ahead on a background thread; 0 reads each batch in the training thread.",
+          "Batches read ahead of the training loop by the loader's threads; 0 reads each batch "
+          "in the training thread.",
           at_least<I>(0)),
+      row("data.loader_threads", &C::data, &DataConfig::loader_threads, "1",
+          "Threads reading batches ahead (with data.prefetch >= 1). HDF5 reads are serialized; "
+          "copying samples into batches runs in parallel, which pays when batches come from "
+          "memory (bench data shows both).",
+          at_least<I>(1)),
       row("data.io", &C::data, &DataConfig::io, "posix",
           "How a split held in memory is read: posix, each rank reading the blocks it needs as "
           "batches first touch them; mpio, all ranks reading it together before training through "

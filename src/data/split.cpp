@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <numeric>
 
 #include "hpctrain/data/dataset_check.h"
@@ -57,8 +58,10 @@ struct Split::State {
   std::int64_t row_bytes = 0;  // one sample's input in memory dtype
   bool cache_blocks = false;
   std::int64_t block_rows = 1;
+  mutable std::mutex hdf5;  // HDF5 is not thread-safe; also guards the lazily filled blocks
 
   const Block& block(const Shard& shard, std::int64_t b) const {
+    const std::lock_guard<std::mutex> lock(hdf5);
     if (!shard.blocks[static_cast<size_t>(b)]) {
       auto loaded = std::make_unique<Block>();
       const std::int64_t first = b * block_rows;
@@ -197,8 +200,11 @@ void Split::State::gather_runs(const std::vector<std::int64_t>& indices, at::Ten
     const auto run = static_cast<std::int64_t>(end - begin);
     rows.resize(static_cast<size_t>(run) * row);
     labels.resize(static_cast<size_t>(run));
-    shard.input.read_rows(memory_dtype(input_field.dtype), first - shard.first, run, rows.data());
-    shard.label.read_rows(io::DType::kInt64, first - shard.first, run, labels.data());
+    {
+      const std::lock_guard<std::mutex> lock(hdf5);
+      shard.input.read_rows(memory_dtype(input_field.dtype), first - shard.first, run, rows.data());
+      shard.label.read_rows(io::DType::kInt64, first - shard.first, run, labels.data());
+    }
     check_labels(labels.data(), run);
     for (size_t k = begin; k < end; ++k) {
       const auto slot = static_cast<size_t>(by_index[k]);
@@ -209,13 +215,14 @@ void Split::State::gather_runs(const std::vector<std::int64_t>& indices, at::Ten
   }
 }
 
-Batch Split::gather(const std::vector<std::int64_t>& indices) const {
+Batch Split::gather(const std::vector<std::int64_t>& indices, bool pinned) const {
   const State& s = *state_;
   const auto count = static_cast<std::int64_t>(indices.size());
   std::vector<std::int64_t> shape{count};
   shape.insert(shape.end(), s.input_field.shape.begin(), s.input_field.shape.end());
-  at::Tensor raw = at::empty(shape, at::TensorOptions().dtype(scalar_type(s.input_field.dtype)));
-  at::Tensor target = at::empty({count}, at::TensorOptions().dtype(at::kLong));
+  const auto options = at::TensorOptions().pinned_memory(pinned);
+  at::Tensor raw = at::empty(shape, options.dtype(scalar_type(s.input_field.dtype)));
+  at::Tensor target = at::empty({count}, options.dtype(at::kLong));
   if (s.cache_blocks) {
     s.gather_cached(indices, static_cast<std::uint8_t*>(raw.data_ptr()), target.data_ptr<std::int64_t>());
   } else {

@@ -188,8 +188,15 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
   const std::int64_t steps_per_epoch = (micro_batches + accum - 1) / accum;
   std::vector<std::vector<std::int64_t>> step_indices;
   for (const auto& plan : plans) step_indices.push_back(plan.indices);
-  data::Loader loader(*setup.train_split, std::move(step_indices),
-                      static_cast<int>(config().data.prefetch));
+  // On a GPU, batches are assembled in pinned memory so that their copy to the device below
+  // is asynchronous and overlaps the previous step's kernels.
+  const bool pinned = device.is_cuda();
+  data::Loader loader(
+      [split = *setup.train_split, pinned](const std::vector<std::int64_t>& indices) {
+        return split.gather(indices, pinned);
+      },
+      std::move(step_indices),
+      {static_cast<int>(config().data.prefetch), static_cast<int>(config().data.loader_threads)});
 
   Timer interval;
   // Over this rank's real samples since the last log line. The loss stays on the device, so a
@@ -212,7 +219,8 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
       const data::Batch batch = loader.next();
       const at::Tensor weights = torch::tensor(plan.weights).to(device);
       const at::Tensor losses = torch::nn::functional::cross_entropy(
-          net().forward(setup.train_split->normalize(batch.input.to(device))), batch.target.to(device),
+          net().forward(setup.train_split->normalize(batch.input.to(device, /*non_blocking=*/true))),
+          batch.target.to(device, /*non_blocking=*/true),
           torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
       grad_sync->begin_backward(/*last_micro_batch=*/j + 1 == first + count);
       step_loss(losses, weights, comm->size(), step_real).backward();

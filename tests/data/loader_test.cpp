@@ -107,47 +107,57 @@ TEST(LoaderBlocks, RowsComeFromTheRightBlockOfTheRightShard) {
   hpctrain::sys::remove_tree(dir);
 }
 
-TEST_F(LoaderTest, BatchesFollowTheSamplerAtEveryPrefetchDepth) {
+TEST_F(LoaderTest, BatchesFollowTheSamplerAtEveryPrefetchDepthAndThreadCount) {
   for (const std::int64_t cache : {kFits, kTooSmall}) {
-  const Split split = Split::load(dir_, "train", cache);
-  SamplerOptions options;
-  options.dataset_size = 50;
-  options.world_size = 3;
-  options.rank = 1;
-  options.batch_size = 4;
-  options.seed = 9;
-  const DistributedSampler sampler(options);
-  const auto order = sampler.global_order(1);
-  std::vector<std::vector<std::int64_t>> steps;
-  for (const SamplerStep& step : sampler.steps(order, 0)) steps.push_back(step.indices);
-  for (const int depth : {0, 1, 3}) {
-    Loader loader(split, steps, depth);
-    for (const auto& indices : steps) {
-      const Batch batch = loader.next();
-      ASSERT_EQ(batch.input.size(0), static_cast<std::int64_t>(indices.size()));
-      for (size_t k = 0; k < indices.size(); ++k) {
-        ASSERT_EQ(batch.input[static_cast<std::int64_t>(k)][0].item<float>(), static_cast<float>(indices[k]))
-            << "depth " << depth;
+    const Split split = Split::load(dir_, "train", cache);
+    SamplerOptions options;
+    options.dataset_size = 50;
+    options.world_size = 3;
+    options.rank = 1;
+    options.batch_size = 4;
+    options.seed = 9;
+    const DistributedSampler sampler(options);
+    const auto order = sampler.global_order(1);
+    std::vector<std::vector<std::int64_t>> steps;
+    for (const SamplerStep& step : sampler.steps(order, 0)) steps.push_back(step.indices);
+    for (const LoaderOptions loader_options : {LoaderOptions{0, 1}, LoaderOptions{1, 1}, LoaderOptions{3, 1},
+                                               LoaderOptions{1, 2}, LoaderOptions{4, 3}}) {
+      const std::string where = "depth " + std::to_string(loader_options.depth) + ", threads " +
+                                std::to_string(loader_options.threads) + ", cache " + std::to_string(cache);
+      Loader loader(split, steps, loader_options);
+      for (const auto& indices : steps) {
+        const Batch batch = loader.next();
+        ASSERT_EQ(batch.input.size(0), static_cast<std::int64_t>(indices.size())) << where;
+        for (size_t k = 0; k < indices.size(); ++k) {
+          ASSERT_EQ(batch.input[static_cast<std::int64_t>(k)][0].item<float>(), static_cast<float>(indices[k]))
+              << where;
+          ASSERT_EQ(batch.target[static_cast<std::int64_t>(k)].item<std::int64_t>(), indices[k] % 5) << where;
+        }
       }
+      EXPECT_THROW(loader.next(), Error);  // past the last step
     }
-    EXPECT_THROW(loader.next(), Error);  // past the last step
-  }
   }
 }
 
 TEST_F(LoaderTest, AReadErrorReachesTheTrainingThreadAfterTheGoodBatches) {
   const Split split = Split::load(dir_, "train");
-  Loader loader(split, {{1, 2}, {3}, {99}, {4}}, 2);
-  EXPECT_EQ(loader.next().input.size(0), 2);
-  EXPECT_EQ(loader.next().input.size(0), 1);
-  EXPECT_THROW(loader.next(), DataError);
+  for (const int threads : {1, 2, 3}) {
+    // With 2 and 3 threads, another thread reads the steps after the bad one, and may finish them
+    // first: the error must still come exactly at step 2.
+    Loader loader(split, {{1, 2}, {3}, {99}, {4}, {5}, {6}}, {2, threads});
+    EXPECT_EQ(loader.next().input.size(0), 2) << threads;
+    EXPECT_EQ(loader.next().input.size(0), 1) << threads;
+    EXPECT_THROW(loader.next(), DataError) << threads;
+  }
 }
 
 TEST_F(LoaderTest, StoppingEarlyDoesNotHang) {
   const Split split = Split::load(dir_, "train");
   std::vector<std::vector<std::int64_t>> steps(100, std::vector<std::int64_t>{1, 2, 3});
-  Loader loader(split, steps, 4);
-  loader.next();
+  for (const int threads : {1, 2}) {
+    Loader loader(split, steps, {4, threads});
+    loader.next();
+  }
 }  // destructor joins while the thread waits for room
 
 TEST_F(LoaderTest, MissingShardAndWrongCountAreDataErrors) {

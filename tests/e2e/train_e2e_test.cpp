@@ -199,6 +199,42 @@ TEST_F(TrainEndToEnd, DataOrderDealsEveryTrainingSampleOnceAcrossRanks) {
   EXPECT_EQ(count_lines_with(bad.err, "hpctrain: error:"), 1) << bad.err;
 }
 
+TEST_F(TrainEndToEnd, DataOrderOnATokenStreamPrintsWindowOffsetsThatResumeAtAnyWorldSize) {
+  const std::string text = work_ + "/text.txt";
+  {
+    std::ofstream out(text);
+    for (int i = 0; i < 400; ++i) out << "line " << i << "\n";
+  }
+  const std::string tokens = work_ + "/tokens";
+  const ProcessResult prepared =
+      run_command(kBin + " prepare text --source " + text + " --out " + tokens + " --shards 2");
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.err;
+  const auto order = [&](int world, int rank, const std::string& extra) {
+    const ProcessResult r = run_command(kBin + " data order --data " + tokens + " --block-size 32 --epoch 1" +
+                                        " --batch-size 4 --world-size " + std::to_string(world) +
+                                        " --rank " + std::to_string(rank) + extra);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return read_indices(r.out);
+  };
+  // One rank's windows, by position; W = 2 from cursor 8 (after one step) deals the rest out.
+  const std::vector<std::int64_t> single = order(1, 0, "");
+  ASSERT_GT(single.size(), 20u);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::vector<std::int64_t> part = order(2, rank, " --from-cursor 8");
+    for (size_t k = 0; k < part.size() && 8 + rank + 2 * k < single.size(); ++k) {
+      ASSERT_EQ(part[k], single[8 + rank + 2 * k]) << "rank " << rank << " window " << k;
+    }
+  }
+  const ProcessResult missing = run_command(kBin + " data order --data " + tokens +
+                                            " --world-size 1 --rank 0 --epoch 1");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("--block-size is required"), std::string::npos) << missing.err;
+  const ProcessResult samples = run_command(kBin + " data order --data " + data_ +
+                                            " --world-size 1 --rank 0 --epoch 1 --block-size 8");
+  EXPECT_EQ(samples.exit_code, 2);
+  EXPECT_EQ(count_lines_with(samples.err, "hpctrain: error:"), 1) << samples.err;
+}
+
 TEST_F(TrainEndToEnd, InspectVerifyNamesTheCorruptedShardAndField) {
   const ProcessResult good = run_command(kBin + " data inspect " + data_ + " --verify");
   ASSERT_EQ(good.exit_code, 0) << good.err;

@@ -16,7 +16,8 @@ struct DataConfig {
   std::string path;  // dataset directory written by `hpctrain prepare`
   std::string train_split;
   std::string eval_split;
-  std::int64_t prefetch = 0;  // batches read ahead on a background thread; 0: in the training thread
+  std::int64_t prefetch = 0;  // batches read ahead; 0: read in the training thread
+  std::int64_t loader_threads = 1;  // threads reading ahead (with prefetch >= 1)
   std::string io;             // posix | mpio: how a split held in memory is read
   std::int64_t cache_mb = 0;  // memory per split and rank: the whole split, or HDF5's chunk cache
 };

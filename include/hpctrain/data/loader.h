@@ -1,13 +1,17 @@
-// Reads an epoch's batches ahead of the training loop: a background thread gathers the batches of
-// a known list of steps, in order, keeping up to `depth` of them ready. While a Loader runs, its
-// thread is the only user of HDF5 (see io/h5_file.h); the trainer drains or destroys it before
-// evaluating. Depends on data/split and std threads.
+// Reads an epoch's batches ahead of the training loop: background threads gather the batches of a
+// known list of steps, keeping up to `depth` of them ready or in flight, and next() hands them out
+// in step order. Thread t of N reads steps t, t+N, t+2N, ... The read function must be safe to call
+// from several threads (Split::gather and TokenStream::gather are: they serialize their HDF5 calls
+// and copy rows in parallel). While a Loader runs, only its threads use the split's HDF5 files (see
+// io/h5_file.h); the trainer drains or destroys it before evaluating. Depends on data/split and
+// std threads.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <exception>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -16,33 +20,45 @@
 
 namespace hpctrain::data {
 
+struct LoaderOptions {
+  int depth = 2;    // batches ready or being read ahead of next(); 0: read in next(), no threads
+  int threads = 1;  // reading threads (with depth >= 1); depth is raised to at least this
+};
+
 class Loader {
  public:
-  // `steps[i]`: the sample indices of step i. depth 0 reads each batch in next(), on the caller's
-  // thread; depth >= 1 prefetches that many batches on a background thread.
-  Loader(Split split, std::vector<std::vector<std::int64_t>> steps, int depth);
-  ~Loader();  // stops the thread (batches not taken are dropped)
+  using ReadBatch = std::function<Batch(const std::vector<std::int64_t>& indices)>;
+
+  // `steps[i]`: the indices `read` turns into step i's batch.
+  Loader(ReadBatch read, std::vector<std::vector<std::int64_t>> steps, LoaderOptions options);
+  // Reads `split` with Split::gather.
+  Loader(Split split, std::vector<std::vector<std::int64_t>> steps, LoaderOptions options);
+  ~Loader();  // stops the threads (batches not taken are dropped)
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  // The next step's batch; blocks until it is read. Rethrows an error of the reading thread.
-  // Calling it more often than there are steps is an internal error.
+  // The next step's batch; blocks until it is read. Rethrows the error of a reading thread when
+  // the step it failed on is reached (the batches before it come first). Calling it more often
+  // than there are steps is an internal error.
   Batch next();
 
  private:
-  void produce();
+  void produce(size_t first_step);
 
-  Split split_;
+  ReadBatch read_;
   std::vector<std::vector<std::int64_t>> steps_;
   size_t depth_;
+  size_t threads_;
   size_t taken_ = 0;  // batches handed out by next()
 
   std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<Batch> ready_;
+  std::condition_variable ready_changed_;  // a batch or an error arrived (the caller waits)
+  std::condition_variable room_;           // next() took a batch, or stop (the threads wait)
+  std::map<size_t, Batch> ready_;  // by step
   std::exception_ptr error_;
+  size_t error_step_ = 0;
   bool stop_ = false;
-  std::thread thread_;
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace hpctrain::data

@@ -3,7 +3,9 @@
 // about 1 MiB as batches first touch them and then served from memory (over its epochs a rank sees
 // every sample anyway, so reading each block once is the least I/O); a larger split is read per
 // batch, only the samples asked for, adjacent ones as one hyperslab, through HDF5's chunk cache.
-// Not thread-safe; see io/h5_file.h on HDF5 and threads. Depends on core, io, data/manifest, ATen.
+// gather() may be called from several threads at once (the loader's): HDF5 calls are serialized
+// by the split, copies from memory run in parallel. See io/h5_file.h on HDF5 and threads.
+// Depends on core, io, data/manifest, ATen.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -19,7 +21,7 @@ namespace hpctrain::data {
 
 struct Batch {
   at::Tensor input;   // [B, ...sample shape] as stored (uint8 pixels stay uint8); see normalize()
-  at::Tensor target;  // int64 [B]
+  at::Tensor target;  // int64 [B] class labels; int64 [B, T] next tokens for a token stream
 };
 
 class Split {
@@ -33,8 +35,10 @@ class Split {
   const Manifest& manifest() const;
   std::vector<std::int64_t> sample_shape() const;
 
-  // The samples at `indices` (each in [0, size())), in that order; repeats are allowed.
-  Batch gather(const std::vector<std::int64_t>& indices) const;
+  // The samples at `indices` (each in [0, size())), in that order; repeats are allowed. `pinned`:
+  // the tensors are allocated in page-locked memory, so a copy to a GPU can be asynchronous
+  // (needs a CUDA build of libtorch; the trainer asks for it when it trains on a GPU).
+  Batch gather(const std::vector<std::int64_t>& indices, bool pinned = false) const;
   // Samples [first, first + count).
   Batch range(std::int64_t first, std::int64_t count) const;
 
