@@ -37,14 +37,11 @@ std::string nccl_version() {
 
 namespace {
 
-// "auto" resolved for this build and tensor location; throws ConfigError when unusable.
+// "auto" resolved for this build and tensor location; throws ConfigError when unusable. MPI takes
+// CUDA tensors too, through host memory (Note [Staging] in mpi_communicator.h).
 std::string resolve_backend(const std::string& backend, bool cuda) {
   const bool built_with_nccl = HT_WITH_NCCL != 0;
   if (backend == "auto") return cuda && built_with_nccl ? "nccl" : "mpi";
-  if (backend == "mpi" && cuda) {
-    throw ConfigError("dist.backend=mpi with CUDA tensors is not supported yet; use "
-                      "dist.backend=nccl (or auto) on GPUs");
-  }
   if (backend == "nccl" && !built_with_nccl) {
     throw ConfigError("dist.backend=nccl: this hpctrain was built without NCCL (CUDA toolkit or "
                       "NCCL not found at configure time); use dist.backend=mpi or auto");

@@ -50,14 +50,30 @@ MPI_Datatype mpi_type(const at::Tensor& tensor, const SixteenBit& sixteen) {
 }
 
 void check_tensor(const at::Tensor& tensor, const char* op) {
-  if (!tensor.is_contiguous() || tensor.device().type() != c10::DeviceType::CPU) {
-    throw CommError(std::string("MPI ") + op + " needs a contiguous CPU tensor, got " +
-                    (tensor.is_contiguous() ? "" : "non-contiguous ") + tensor.device().str());
-  }
+  if (!tensor.is_contiguous()) throw CommError(std::string("MPI ") + op + " needs a contiguous tensor");
   if (tensor.numel() > std::numeric_limits<int>::max()) {
     throw CommError(std::string("MPI ") + op + " of more than INT_MAX elements");
   }
 }
+
+bool on_host(const at::Tensor& tensor) { return tensor.device().is_cpu(); }
+
+// Note [Staging]: the collective ran on `host`; wait() copies its result into `device`.
+class StagedWork final : public Work {
+ public:
+  StagedWork(std::unique_ptr<Work> inner, at::Tensor device, at::Tensor host)
+      : inner_(std::move(inner)), device_(std::move(device)), host_(std::move(host)) {}
+  void wait() override {
+    inner_->wait();
+    device_.copy_(host_);
+  }
+  bool is_completed() override { return inner_->is_completed(); }
+
+ private:
+  std::unique_ptr<Work> inner_;
+  at::Tensor device_;
+  at::Tensor host_;
+};
 
 // One queued collective: what to run, and how it ended.
 struct Task {
@@ -74,6 +90,8 @@ struct Task {
 struct MpiCommunicator::State {
   MPI_Comm comm = MPI_COMM_NULL;
   SixteenBit sixteen;
+  // MPI_SUM, or our op for the 16-bit types MPI cannot add.
+  MPI_Op sum_op(const at::Tensor& tensor) const;
   double timeout_s = 300;
   std::mutex mutex;
   std::condition_variable changed;
@@ -183,18 +201,28 @@ MpiCommunicator::~MpiCommunicator() {
   if (state_->comm != MPI_COMM_NULL) MPI_Comm_free(&state_->comm);
 }
 
+MPI_Op MpiCommunicator::State::sum_op(const at::Tensor& tensor) const {
+  return tensor.scalar_type() == at::kHalf       ? sixteen.half_sum
+         : tensor.scalar_type() == at::kBFloat16 ? sixteen.bfloat16_sum
+                                                 : MPI_SUM;
+}
+
+double MpiCommunicator::average_scale(const at::Tensor& tensor, ReduceOp op) const {
+  if (op != ReduceOp::kAvg) return 1.0;
+  if (!at::isFloatingType(tensor.scalar_type())) throw CommError("an average needs a floating-point tensor");
+  return 1.0 / size_;
+}
+
 std::unique_ptr<Work> MpiCommunicator::allreduce(at::Tensor& tensor, ReduceOp op) {
   check_tensor(tensor, "allreduce");
-  const bool average = op == ReduceOp::kAvg;
-  if (average && !at::isFloatingType(tensor.scalar_type())) {
-    throw CommError("allreduce average needs a floating-point tensor");
+  if (!on_host(tensor)) {
+    at::Tensor host = tensor.cpu();
+    return std::make_unique<StagedWork>(allreduce(host, op), tensor, host);
   }
-  const double scale = average ? 1.0 / size_ : 1.0;
+  const double scale = average_scale(tensor, op);
   MPI_Comm comm = state_->comm;
   const MPI_Datatype type = mpi_type(tensor, state_->sixteen);
-  const MPI_Op sum = tensor.scalar_type() == at::kHalf       ? state_->sixteen.half_sum
-                     : tensor.scalar_type() == at::kBFloat16 ? state_->sixteen.bfloat16_sum
-                                                             : MPI_SUM;
+  const MPI_Op sum = state_->sum_op(tensor);
   auto task = state_->submit(
       "MPI allreduce of " + std::to_string(tensor.numel()) + " elements",
       [tensor, scale, comm, type, sum] {
@@ -207,11 +235,65 @@ std::unique_ptr<Work> MpiCommunicator::allreduce(at::Tensor& tensor, ReduceOp op
 
 std::unique_ptr<Work> MpiCommunicator::broadcast(at::Tensor& tensor, int root) {
   check_tensor(tensor, "broadcast");
+  if (!on_host(tensor)) {
+    at::Tensor host = tensor.cpu();
+    return std::make_unique<StagedWork>(broadcast(host, root), tensor, host);
+  }
   MPI_Comm comm = state_->comm;
   const MPI_Datatype type = mpi_type(tensor, state_->sixteen);
   auto task = state_->submit("MPI broadcast from rank " + std::to_string(root), [tensor, root, comm, type] {
     HT_MPI_CHECK(MPI_Bcast(tensor.data_ptr(), static_cast<int>(tensor.numel()), type, root, comm));
   });
+  return std::make_unique<MpiWork>(std::move(task), state_->timeout_s);
+}
+
+std::unique_ptr<Work> MpiCommunicator::allgather(const at::Tensor& input, at::Tensor& output) {
+  check_tensor(input, "allgather");
+  check_tensor(output, "allgather");
+  if (output.numel() != input.numel() * size_ || output.scalar_type() != input.scalar_type()) {
+    throw CommError("MPI allgather: the output must hold " + std::to_string(size_) + " x " +
+                    std::to_string(input.numel()) + " elements of the input's dtype");
+  }
+  if (!on_host(output)) {
+    at::Tensor host = at::empty_like(output, output.options().device(at::kCPU));
+    return std::make_unique<StagedWork>(allgather(input.cpu(), host), output, host);
+  }
+  const at::Tensor send = input.cpu();
+  MPI_Comm comm = state_->comm;
+  const MPI_Datatype type = mpi_type(send, state_->sixteen);
+  auto task = state_->submit("MPI allgather of " + std::to_string(send.numel()) + " elements per rank",
+                             [send, output, comm, type] {
+                               const auto count = static_cast<int>(send.numel());
+                               HT_MPI_CHECK(MPI_Allgather(send.data_ptr(), count, type, output.data_ptr(),
+                                                          count, type, comm));
+                             });
+  return std::make_unique<MpiWork>(std::move(task), state_->timeout_s);
+}
+
+std::unique_ptr<Work> MpiCommunicator::reduce_scatter(const at::Tensor& input, at::Tensor& output,
+                                                      ReduceOp op) {
+  check_tensor(input, "reduce_scatter");
+  check_tensor(output, "reduce_scatter");
+  if (input.numel() != output.numel() * size_ || output.scalar_type() != input.scalar_type()) {
+    throw CommError("MPI reduce_scatter: the input must hold " + std::to_string(size_) + " x " +
+                    std::to_string(output.numel()) + " elements of the output's dtype");
+  }
+  if (!on_host(output)) {
+    at::Tensor host = at::empty_like(output, output.options().device(at::kCPU));
+    return std::make_unique<StagedWork>(reduce_scatter(input.cpu(), host, op), output, host);
+  }
+  const double scale = average_scale(output, op);
+  const at::Tensor send = input.cpu();
+  MPI_Comm comm = state_->comm;
+  const MPI_Datatype type = mpi_type(send, state_->sixteen);
+  const MPI_Op sum = state_->sum_op(send);
+  auto task = state_->submit(
+      "MPI reduce_scatter of " + std::to_string(output.numel()) + " elements per rank",
+      [send, output, scale, comm, type, sum] {
+        HT_MPI_CHECK(MPI_Reduce_scatter_block(send.data_ptr(), output.data_ptr(),
+                                              static_cast<int>(output.numel()), type, sum, comm));
+        if (scale != 1.0) output.mul_(scale);
+      });
   return std::make_unique<MpiWork>(std::move(task), state_->timeout_s);
 }
 

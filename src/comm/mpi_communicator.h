@@ -1,4 +1,9 @@
-// Collectives over MPI on host tensors. Private to src/comm; built by factory.cpp.
+// Collectives over MPI. Private to src/comm; built by factory.cpp.
+//
+// Note [Staging]: MPI carries host memory. A tensor on a GPU (a build without NCCL, or
+// dist.backend=mpi) is copied to a host tensor when the collective is issued and the result copied
+// back when wait() returns, so callers see the same contract on every device, at the price of two
+// copies over PCIe per collective.
 //
 // Note [MPI worker thread]: every collective of this communicator runs, in call order, on one
 // worker thread, as a blocking MPI call. Non-blocking MPI collectives progress only while some
@@ -26,11 +31,17 @@ class MpiCommunicator final : public Communicator {
 
   std::unique_ptr<Work> allreduce(at::Tensor& tensor, ReduceOp op) override;
   std::unique_ptr<Work> broadcast(at::Tensor& tensor, int root) override;
+  std::unique_ptr<Work> allgather(const at::Tensor& input, at::Tensor& output) override;
+  std::unique_ptr<Work> reduce_scatter(const at::Tensor& input, at::Tensor& output,
+                                       ReduceOp op) override;
   void barrier() override;
 
   struct State;
 
  private:
+  // 1, or 1 / size() for an average (of a floating-point tensor; else CommError).
+  double average_scale(const at::Tensor& tensor, ReduceOp op) const;
+
   std::shared_ptr<State> state_;
   int rank_ = 0;
   int size_ = 1;

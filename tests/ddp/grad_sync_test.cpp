@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+
 #include <ATen/ATen.h>
 
 #include "hpctrain/comm/communicator.h"
@@ -34,6 +36,12 @@ class FakeCommunicator final : public comm::Communicator {
   std::unique_ptr<comm::Work> broadcast(at::Tensor& t, int root) override {
     if (root != rank_) t.fill_(peer_value_);
     return std::make_unique<DoneWork>();
+  }
+  std::unique_ptr<comm::Work> allgather(const at::Tensor&, at::Tensor&) override {
+    throw std::logic_error("GradSync does not allgather");
+  }
+  std::unique_ptr<comm::Work> reduce_scatter(const at::Tensor&, at::Tensor&, comm::ReduceOp) override {
+    throw std::logic_error("GradSync does not reduce_scatter");
   }
   void barrier() override {}
   int allreduces = 0;

@@ -35,6 +35,12 @@ class Communicator {
   // The tensor must be contiguous and stay alive until the Work completes; results are in place.
   virtual std::unique_ptr<Work> allreduce(at::Tensor& tensor, ReduceOp op) = 0;
   virtual std::unique_ptr<Work> broadcast(at::Tensor& tensor, int root) = 0;
+  // `output` (size() x input.numel() elements) receives every rank's `input`, in rank order.
+  virtual std::unique_ptr<Work> allgather(const at::Tensor& input, at::Tensor& output) = 0;
+  // `input` holds size() equal chunks; chunk r, reduced over all ranks, lands in rank r's
+  // `output` (input.numel() / size() elements). The sharded-optimizer building block.
+  virtual std::unique_ptr<Work> reduce_scatter(const at::Tensor& input, at::Tensor& output,
+                                               ReduceOp op) = 0;
   // Collective.
   virtual void barrier() = 0;
 };

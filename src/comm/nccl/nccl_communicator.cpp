@@ -185,6 +185,39 @@ std::unique_ptr<Work> NcclCommunicator::broadcast(at::Tensor& tensor, int root) 
                                     "NCCL broadcast from rank " + std::to_string(root));
 }
 
+std::unique_ptr<Work> NcclCommunicator::allgather(const at::Tensor& input, at::Tensor& output) {
+  check_tensor(input, "allgather");
+  check_tensor(output, "allgather");
+  if (output.numel() != input.numel() * size_ || output.scalar_type() != input.scalar_type()) {
+    throw CommError("NCCL allgather: the output must hold " + std::to_string(size_) + " x " +
+                    std::to_string(input.numel()) + " elements of the input's dtype");
+  }
+  if (state_->comm == nullptr) throw CommError("NCCL communicator was aborted after an error");
+  order_after_compute(state_->stream);
+  HT_NCCL_CHECK(ncclAllGather(input.data_ptr(), output.data_ptr(), static_cast<size_t>(input.numel()),
+                              nccl_type(input), state_->comm, state_->stream));
+  return std::make_unique<NcclWork>(state_, record_done(state_->stream),
+                                    "NCCL allgather of " + std::to_string(input.numel()) + " elements per rank");
+}
+
+std::unique_ptr<Work> NcclCommunicator::reduce_scatter(const at::Tensor& input, at::Tensor& output,
+                                                       ReduceOp op) {
+  check_tensor(input, "reduce_scatter");
+  check_tensor(output, "reduce_scatter");
+  if (input.numel() != output.numel() * size_ || output.scalar_type() != input.scalar_type()) {
+    throw CommError("NCCL reduce_scatter: the input must hold " + std::to_string(size_) + " x " +
+                    std::to_string(output.numel()) + " elements of the output's dtype");
+  }
+  if (state_->comm == nullptr) throw CommError("NCCL communicator was aborted after an error");
+  order_after_compute(state_->stream);
+  HT_NCCL_CHECK(ncclReduceScatter(input.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()),
+                                  nccl_type(input), op == ReduceOp::kAvg ? ncclAvg : ncclSum,
+                                  state_->comm, state_->stream));
+  return std::make_unique<NcclWork>(state_, record_done(state_->stream),
+                                    "NCCL reduce_scatter of " + std::to_string(output.numel()) +
+                                        " elements per rank");
+}
+
 void NcclCommunicator::barrier() {
   // An allreduce of one value is NCCL's barrier; it also surfaces asynchronous errors.
   void* scratch = nullptr;

@@ -21,6 +21,9 @@ class NcclCommunicator final : public Communicator {
 
   std::unique_ptr<Work> allreduce(at::Tensor& tensor, ReduceOp op) override;
   std::unique_ptr<Work> broadcast(at::Tensor& tensor, int root) override;
+  std::unique_ptr<Work> allgather(const at::Tensor& input, at::Tensor& output) override;
+  std::unique_ptr<Work> reduce_scatter(const at::Tensor& input, at::Tensor& output,
+                                       ReduceOp op) override;
   void barrier() override;
 
   struct State;
