@@ -245,12 +245,17 @@ std::vector<Option> build_table() {
       row("dist.grad_compression", &C::dist, &DistConfig::grad_compression, "none",
           "Send gradient buckets as fp16 or bf16 (half the bytes; accumulation stays float32).",
           one_of({"none", "fp16", "bf16"})),
+      row("dist.sync_bn", &C::dist, &DistConfig::sync_bn, "false",
+          "BatchNorm layers compute their batch statistics over all ranks' samples (one small "
+          "allreduce per layer in forward and in backward), as BatchNorm on the global batch "
+          "would; false normalizes each rank's batch on its own, as PyTorch DDP does by default."),
       row("dist.timeout_s", &C::dist, &DistConfig::timeout_s, "300",
           "A collective not completed this many seconds after a rank began waiting for it ends "
           "the job with an error naming the operation.",
           positive()),
       row("dist.backend", &C::dist, &DistConfig::backend, "auto",
-          "Gradient communication: auto picks nccl for CUDA tensors when built with NCCL, else mpi.",
+          "Gradient communication: auto picks nccl for CUDA tensors when built with NCCL, else "
+          "mpi (which carries CUDA tensors through host memory).",
           one_of({"auto", "mpi", "nccl"})),
       row("dist.device", &C::dist, &DistConfig::device, "auto",
           "Where each rank computes: cuda uses the GPU of the rank's node-local rank (among "

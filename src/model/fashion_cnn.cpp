@@ -1,9 +1,10 @@
 // fashion_cnn: two conv blocks and a two-layer head, for 1x28x28 inputs.
-//   Conv(1->32, 3x3, pad 1) + BatchNorm + ReLU + MaxPool 2
+//   Conv(1->32, 3x3, pad 1) + BatchNorm (model::BatchNorm: dist.sync_bn) + ReLU + MaxPool 2
 //   Conv(32->64, 3x3, pad 1) + BatchNorm + ReLU + MaxPool 2
 //   flatten (64*7*7 = 3136) -> Linear(3136->128) + ReLU + Dropout(model.dropout) -> Linear(128->C)
 #include <torch/torch.h>
 
+#include "batch_norm_layer.h"
 #include "builtin_models.h"
 #include "hpctrain/core/error.h"
 
@@ -16,9 +17,9 @@ class FashionCnn final : public nn::Module, public Model {
  public:
   FashionCnn(double dropout, std::int64_t num_classes)
       : conv1_(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)))),
-        bn1_(register_module("bn1", nn::BatchNorm2d(32))),
+        bn1_(register_module("bn1", BatchNorm(32))),
         conv2_(register_module("conv2", nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)))),
-        bn2_(register_module("bn2", nn::BatchNorm2d(64))),
+        bn2_(register_module("bn2", BatchNorm(64))),
         fc1_(register_module("fc1", nn::Linear(64 * 7 * 7, 128))),
         dropout_(register_module("dropout", nn::Dropout(dropout))),
         fc2_(register_module("fc2", nn::Linear(128, num_classes))) {}
@@ -34,9 +35,9 @@ class FashionCnn final : public nn::Module, public Model {
 
  private:
   nn::Conv2d conv1_;
-  nn::BatchNorm2d bn1_;
+  BatchNorm bn1_;
   nn::Conv2d conv2_;
-  nn::BatchNorm2d bn2_;
+  BatchNorm bn2_;
   nn::Linear fc1_;
   nn::Dropout dropout_;
   nn::Linear fc2_;

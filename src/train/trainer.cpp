@@ -16,6 +16,7 @@
 #include "hpctrain/data/distributed_sampler.h"
 #include "hpctrain/data/loader.h"
 #include "hpctrain/ddp/grad_sync.h"
+#include "hpctrain/model/batch_norm.h"
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/device.h"
 #include "hpctrain/train/metrics_writer.h"
@@ -133,6 +134,23 @@ struct Trainer::State {
                 "--dist.check_replicas_every=1 to find the first step");
   }
 
+  // dist.sync_bn: BatchNorm layers reduce their statistics over the ranks (model/batch_norm.h).
+  void synchronize_batch_norm() {
+    if (!config().dist.sync_bn) return;
+    model::BatchStatsReducer reduce;
+    if (comm->size() > 1) {
+      reduce = [c = comm.get()](at::Tensor& stats) { c->allreduce(stats, comm::ReduceOp::kSum)->wait(); };
+    }
+    const int layers = model::set_batch_stats_reducer(net().module(), reduce);
+    if (layers == 0) {
+      log::warn("dist.sync_bn=true, but model {} has no BatchNorm layer; nothing to synchronize",
+                config().model.name);
+    } else {
+      log::info("dist.sync_bn: {} BatchNorm layer(s) normalize over the batches of all {} rank(s)", layers,
+                comm->size());
+    }
+  }
+
   bool step_limit_reached() const {
     return config().train.max_steps > 0 && step >= config().train.max_steps;
   }
@@ -164,6 +182,7 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
   const std::string& compression = s.config().dist.grad_compression;
   if (compression != "none") sync_options.wire_dtype = compression == "fp16" ? at::kHalf : at::kBFloat16;
   s.grad_sync = std::make_unique<ddp::GradSync>(*s.comm, parameters, sync_options);
+  s.synchronize_batch_norm();
   s.optimizer = make_optimizer(s.config().optim, parameters);
   // Dropout masks differ per rank (as separate processes would in PyTorch DDP), reproducibly.
   torch::manual_seed(static_cast<std::uint64_t>(s.config().train.seed) * 1000003ULL +

@@ -91,15 +91,18 @@ TEST_F(TrainEndToEnd, FailedImportLeavesNothingBehind) {
 
 // Small buckets (several per step), two micro-batches per step, a replica check after every step,
 // and the split read through MPI-IO: real training keeps every rank's parameters bit-identical.
+// Accumulation, small buckets, MPI-IO reads, synchronized BatchNorm and two loader threads together.
 TEST_F(TrainEndToEnd, AccumulatedBucketedStepsKeepReplicasIdentical) {
   const std::string run = work_ + "/run_accum";
   const ProcessResult r = run_command(
       mpirun(2) + kBin + " train --config " + kSource + "/configs/fashion_cnn.ini --data.path=" +
       data_ + " --run.dir=" + run + " --train.max_steps=6 --log.every_steps=3 --train.threads=1" +
       " --train.accum_steps=2 --dist.bucket_mb=0.25 --dist.check_replicas_every=1 --data.eval_split=" +
-      " --data.io=mpio");
+      " --data.io=mpio --dist.sync_bn=true --data.loader_threads=2");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(count_lines_with(r.err, "split 'train' read through MPI-IO by 2 rank(s)"), 1) << r.err;
+  EXPECT_EQ(count_lines_with(r.err, "dist.sync_bn: 2 BatchNorm layer(s) normalize over the batches of all 2"), 1)
+      << r.err;
   EXPECT_EQ(count_lines_with(r.err, "global batch 256 (2 ranks x 2 micro-batch(es) x 64)"), 1) << r.err;
   EXPECT_EQ(count_lines_with(r.err, "gradients in 3 bucket(s), overlap on"), 1) << r.err;
   EXPECT_EQ(count_lines_with(r.err, "samples/s"), 2) << r.err;  // steps 3 and 6

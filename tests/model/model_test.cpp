@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include "hpctrain/config/option_table.h"
+#include "hpctrain/model/batch_norm.h"
 #include "hpctrain/core/error.h"
 
 namespace hpctrain::model {
@@ -64,6 +65,44 @@ TEST(Models, RegistryAndOptionTableAgree) {
   std::string joined;
   for (const auto& name : model_names()) joined += (joined.empty() ? "" : "|") + name;
   EXPECT_EQ(option->allowed, joined);
+}
+
+// Forward, backward and running statistics of fashion_cnn with its BatchNorm layers on the
+// synchronized path (a reducer; one rank, so summing is the identity) against torch's batch norm.
+TEST(SyncBatchNorm, OneRankEqualsTorchBatchNormInValueGradientAndRunningStatistics) {
+  config::ModelConfig c = model_config("fashion_cnn");
+  c.dropout = 0.0;
+  at::manual_seed(3);
+  auto plain = make_model(c, {{1, 28, 28}, 10});
+  at::manual_seed(3);
+  auto synced = make_model(c, {{1, 28, 28}, 10});
+  int reductions = 0;
+  EXPECT_EQ(set_batch_stats_reducer(synced->module(), [&](at::Tensor& stats) {
+              EXPECT_EQ(stats.scalar_type(), at::kDouble);
+              ++reductions;
+            }),
+            2);
+  const at::Tensor input = at::randn({6, 1, 28, 28}) * 3 + 1;
+  const at::Tensor target = at::randint(0, 10, {6}, at::kLong);
+  for (auto* net : {plain.get(), synced.get()}) {
+    net->module().train();
+    at::cross_entropy_loss(net->forward(input), target).backward();
+  }
+  EXPECT_EQ(reductions, 4) << "each layer reduces once in forward and once in backward";
+  const auto expected = plain->module().named_parameters();
+  for (const auto& p : synced->module().named_parameters()) {
+    EXPECT_TRUE(at::allclose(p.value(), expected[p.key()])) << p.key();
+    EXPECT_TRUE(at::allclose(p.value().grad(), expected[p.key()].grad(), 1e-4, 1e-6)) << p.key() << " gradient";
+  }
+  const auto expected_buffers = plain->module().named_buffers();
+  for (const auto& b : synced->module().named_buffers()) {
+    EXPECT_TRUE(at::allclose(b.value(), expected_buffers[b.key()], 1e-5, 1e-6)) << b.key();
+  }
+  // Evaluation uses the running statistics, with or without a reducer.
+  plain->module().eval();
+  synced->module().eval();
+  EXPECT_TRUE(at::allclose(plain->forward(input), synced->forward(input), 1e-5, 1e-5));
+  EXPECT_EQ(reductions, 4);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/ddp/grad_sync.h"
+#include "hpctrain/model/batch_norm.h"
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/optimizer.h"
 #include "hpctrain/train/step_loss.h"
@@ -129,6 +130,68 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"sgd_fp16_on_the_wire", "sgd", 2048, 2, true, at::kHalf, 1e-2},
                       Case{"sgd_bf16_on_the_wire", "sgd", 2048, 1, true, at::kBFloat16, 1e-2}),
     [](const ::testing::TestParamInfo<Case>& param_info) { return std::string(param_info.param.name); });
+
+// dist.sync_bn: W ranks x B samples with BatchNorm statistics reduced over the ranks train
+// fashion_cnn to the parameters and running statistics of one process with torch's BatchNorm on
+// the W*B samples.
+TEST(SyncBatchNorm, RanksEqualOneProcessWithBatchNormOnTheWholeBatch) {
+  auto comm = comm::make_communicator("mpi", *testing::g_bootstrap, false, 0);
+  const int world = comm->size();
+  const int rank = comm->rank();
+  constexpr std::int64_t kBatch = 3;
+  const std::int64_t global = world * kBatch;
+  torch::manual_seed(77);
+  const at::Tensor inputs = torch::randn({kSteps * global, 1, 28, 28}) * 2 + 0.5;
+  const at::Tensor targets = torch::randint(0, 10, {kSteps * global}, torch::kLong);
+  config::ModelConfig c;
+  c.name = "fashion_cnn";
+  c.dropout = 0.0;
+  const auto make_cnn = [&] {
+    torch::manual_seed(5);
+    return model::make_model(c, {{1, 28, 28}, 10});
+  };
+
+  auto net = make_cnn();
+  ASSERT_EQ(model::set_batch_stats_reducer(net->module(), [&](at::Tensor& stats) {
+              comm->allreduce(stats, comm::ReduceOp::kSum)->wait();
+            }), 2);
+  auto optimizer = make_optimizer("sgd", *net);
+  ddp::GradSync sync(*comm, net->module().parameters(), {});
+  net->module().train();
+  for (int step = 0; step < kSteps; ++step) {
+    optimizer->zero_grad();
+    const std::int64_t first = step * global + rank * kBatch;
+    const at::Tensor losses = torch::nn::functional::cross_entropy(
+        net->forward(inputs.narrow(0, first, kBatch)), targets.narrow(0, first, kBatch),
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    sync.begin_backward(true);
+    train::step_loss(losses, torch::ones({kBatch}), world, global).backward();
+    sync.average_gradients();
+    optimizer->step();
+  }
+
+  auto reference = make_cnn();
+  auto reference_optimizer = make_optimizer("sgd", *reference);
+  reference->module().train();
+  for (int step = 0; step < kSteps; ++step) {
+    reference_optimizer->zero_grad();
+    torch::nn::functional::cross_entropy(reference->forward(inputs.narrow(0, step * global, global)),
+                                         targets.narrow(0, step * global, global))
+        .backward();
+    reference_optimizer->step();
+  }
+  const at::Tensor expected = flat_parameters(*reference);
+  const double relative =
+      (flat_parameters(*net) - expected).norm().item<double>() / expected.norm().item<double>();
+  EXPECT_LE(relative, 1e-5) << "rank " << rank << " of " << world;
+  EXPECT_GT((expected - flat_parameters(*make_cnn())).norm().item<double>(), 1e-3) << "did not train";
+  const auto expected_buffers = reference->module().named_buffers();
+  for (const auto& b : net->module().named_buffers()) {
+    EXPECT_TRUE(torch::allclose(b.value().to(torch::kDouble), expected_buffers[b.key()].to(torch::kDouble),
+                                1e-4, 1e-6))
+        << b.key() << " on rank " << rank;
+  }
+}
 
 }  // namespace
 }  // namespace hpctrain

@@ -55,6 +55,7 @@ struct DistConfig {
   double bucket_mb = 0.0;  // gradient bucket size
   bool overlap = true;     // reduce buckets during backward
   std::string grad_compression;  // none | fp16 | bf16: the dtype buckets travel in
+  bool sync_bn = false;          // BatchNorm statistics over all ranks
   double timeout_s = 0.0;  // a collective taking longer ends the job
   std::int64_t check_replicas_every = 0;  // steps between parameter fingerprint checks; 0: never
   std::string device;             // auto | cpu | cuda
