@@ -15,8 +15,9 @@
 # Checks, each with a time limit so the whole script stays within 10 minutes:
 #   configure+build, hpctrain --version, the unit, cli and mpi tests, bench comm (nccl and mpi),
 #   bench step (fashion_cnn on the GPU), bench data, fashion_cnn trained on the GPU with NCCL to
-#   >= 0.85 test accuracy, the same steps on the CPU for scale, and the same training in PyTorch
-#   eager on the same GPU.
+#   >= 0.85 test accuracy, 100 steps on the GPU over the MPI backend with dist.sync_bn and two
+#   loader threads, the same steps on the CPU for scale, and the same training in PyTorch eager
+#   on the same GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -148,6 +149,14 @@ if [ "$status" = PASS ] && ! python3 -c "import sys; sys.exit(0 if float('${acc:
 fi
 record "train fashion_cnn gpu+nccl" "$status" "$seconds" \
   "3 epochs, test_acc $acc, $(rate "$out/run-gpu/metrics.jsonl") samples/s (epochs 2-3)"
+
+# CUDA tensors over the MPI backend (staged through host memory), with synchronized BatchNorm and
+# two loader threads: it must run and keep the replicas identical.
+run_step train_gpu_mpi 60 "${launch[@]}" "$bin" train --config configs/fashion_cnn.ini --data.path="$data" \
+  --run.dir="$out/run-gpu-mpi" --dist.device=cuda --dist.backend=mpi --dist.sync_bn=true \
+  --data.loader_threads=2 --dist.check_replicas_every=10 --train.max_steps=100 --log.every_steps=50 \
+  --data.eval_split=
+record "train gpu, mpi backend, sync_bn" "$status" "$seconds" "100 steps, $(rate "$out/run-gpu-mpi/metrics.jsonl") samples/s"
 
 run_step train_cpu 60 "${launch[@]}" "$bin" train --config configs/fashion_cnn.ini --data.path="$data" \
   --run.dir="$out/run-cpu" --dist.device=cpu --train.max_steps=300 --log.every_steps=100
