@@ -4,13 +4,14 @@
 #include <c10/core/GradMode.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <map>
+#include <regex>
+#include <set>
 
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/system.h"
-#include "hpctrain/io/h5_file.h"
 
 namespace hpctrain::ckpt {
 namespace fs = std::filesystem;
@@ -31,10 +32,50 @@ io::DType io_dtype(at::ScalarType type, const std::string& name) {
   }
 }
 
+at::ScalarType scalar_type(io::DType dtype) {
+  switch (dtype) {
+    case io::DType::kFloat32: return at::kFloat;
+    case io::DType::kFloat64: return at::kDouble;
+    case io::DType::kInt64: return at::kLong;
+    case io::DType::kInt32: return at::kInt;
+    case io::DType::kUInt8: return at::kByte;
+    case io::DType::kUInt16: return at::kInt;
+  }
+  return at::kByte;
+}
+
+std::vector<std::int64_t> shape_of(const at::Tensor& tensor) {
+  const auto sizes = tensor.sizes();
+  return {sizes.begin(), sizes.end()};
+}
+
+void write_group(io::H5File& file, const std::string& group, const NamedTensors& tensors) {
+  io::WriteOptions options;
+  for (const auto& [name, tensor] : tensors) {
+    const at::Tensor host = tensor.detach().to(at::kCPU).contiguous();
+    // Chunked by the first dimension, so fletcher32 covers the data; scalars are contiguous.
+    options.chunk_rows = host.dim() == 0 || host.numel() == 0 ? 0 : std::max<std::int64_t>(1, host.size(0));
+    file.write(group + "/" + name, io_dtype(host.scalar_type(), name), shape_of(host), host.data_ptr(), options);
+  }
+}
+
+// HDF5 failures come from io as Error with the checkpoint exit code; callers of this module get
+// them as CheckpointError.
+template <typename F>
+auto as_checkpoint_error(F&& body) {
+  try {
+    return body();
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const Error& e) {
+    throw CheckpointError(e.what());
+  }
+}
+
 }  // namespace
 
-std::string write_checkpoint(const std::string& dir, const NamedTensors& model,
-                             const CheckpointMeta& meta) {
+std::string write_checkpoint(const std::string& dir, const Checkpoint& checkpoint) {
+  const CheckpointMeta& meta = checkpoint.meta;
   const std::string name = "ckpt-" + std::to_string(meta.step) + ".h5";
   const fs::path target = fs::path(dir) / name;
   const fs::path temp = fs::path(dir) / (name + ".tmp-" + std::to_string(getpid()));
@@ -46,18 +87,12 @@ std::string write_checkpoint(const std::string& dir, const NamedTensors& model,
     file.set_attr("hpctrain_version", meta.hpctrain_version);
     file.set_attr("step", meta.step);
     file.set_attr("epoch", meta.epoch);
+    file.set_attr("cursor", meta.cursor);
     file.set_attr("world_size", meta.world_size);
     file.set_attr("model_name", meta.model_name);
     file.set_attr("config", meta.config_text);
     file.set_attr("created", meta.created);
-    io::WriteOptions options;
-    for (const auto& [tensor_name, tensor] : model) {
-      const at::Tensor host = tensor.detach().to(at::kCPU).contiguous();
-      options.chunk_rows = host.dim() == 0 ? 0 : std::max<std::int64_t>(1, host.size(0));
-      const auto sizes = host.sizes();
-      file.write("model/" + tensor_name, io_dtype(host.scalar_type(), tensor_name),
-                 std::vector<std::int64_t>(sizes.begin(), sizes.end()), host.data_ptr(), options);
-    }
+    for (const auto& [group, tensors] : checkpoint.groups) write_group(file, group, tensors);
     file.close();
     sys::publish_atomically(temp.string(), target.string());
 
@@ -69,69 +104,112 @@ std::string write_checkpoint(const std::string& dir, const NamedTensors& model,
     fs::remove(temp, ignored);
     throw CheckpointError(std::string("writing checkpoint ") + target.string() + ": " + e.what());
   } catch (const fs::filesystem_error& e) {
+    std::error_code ignored;
+    fs::remove(temp, ignored);
     throw CheckpointError(std::string("writing checkpoint ") + target.string() + ": " + e.what());
   }
   return target.string();
 }
 
-CheckpointMeta read_checkpoint(const std::string& path, const NamedTensors& model) {
-  const io::H5File file = io::H5File::open_read(path, kCode);
-  CheckpointMeta meta;
-  if (!file.has_attr("format") || file.attr_string("format") != "hpctrain-checkpoint") {
-    throw CheckpointError(path + ": not an hpctrain checkpoint (no format attribute)");
+CheckpointReader::CheckpointReader(const std::string& path)
+    : path_(path), file_(as_checkpoint_error([&] {
+        if (!fs::is_regular_file(path)) throw CheckpointError(path + ": no such checkpoint file");
+        return io::H5File::open_read(path, kCode);
+      })) {
+  as_checkpoint_error([&] { read_meta(); });
+}
+
+void CheckpointReader::read_meta() {
+  if (!file_.has_attr("format") || file_.attr_string("format") != "hpctrain-checkpoint") {
+    throw CheckpointError(path_ + ": not an hpctrain checkpoint (no format attribute)");
   }
-  meta.format_version = file.attr_int("format_version");
-  if (meta.format_version > kFormatVersion) {
-    throw CheckpointError(path + ": format version " + std::to_string(meta.format_version) +
+  meta_.format_version = file_.attr_int("format_version");
+  if (meta_.format_version > kFormatVersion) {
+    throw CheckpointError(path_ + ": format version " + std::to_string(meta_.format_version) +
                           " is newer than this hpctrain reads (" + std::to_string(kFormatVersion) +
                           "); upgrade hpctrain");
   }
-  meta.hpctrain_version = file.attr_string("hpctrain_version");
-  meta.step = file.attr_int("step");
-  meta.epoch = file.attr_int("epoch");
-  meta.world_size = file.attr_int("world_size");
-  meta.model_name = file.attr_string("model_name");
-  meta.config_text = file.attr_string("config");
-  meta.created = file.attr_string("created");
+  meta_.hpctrain_version = file_.attr_string("hpctrain_version");
+  meta_.step = file_.attr_int("step");
+  meta_.epoch = file_.attr_int("epoch");
+  meta_.cursor = file_.has_attr("cursor") ? file_.attr_int("cursor") : 0;  // version 1: none
+  meta_.world_size = file_.attr_int("world_size");
+  meta_.model_name = file_.attr_string("model_name");
+  meta_.config_text = file_.attr_string("config");
+  meta_.created = file_.attr_string("created");
+}
 
+bool CheckpointReader::has_group(const std::string& group) const { return file_.exists(group); }
+
+void CheckpointReader::read_into(const std::string& group, const NamedTensors& targets) const {
+  as_checkpoint_error([&] { read_into_unchecked(group, targets); });
+}
+
+void CheckpointReader::read_into_unchecked(const std::string& group, const NamedTensors& targets) const {
   // Compare the two name sets first, so the error lists every difference at once.
-  const std::vector<std::string> stored = file.list_datasets("model");
-  std::map<std::string, bool> expected;
-  for (const auto& [name, tensor] : model) expected[name] = false;
+  const std::vector<std::string> stored = file_.list_datasets(group);
+  const std::set<std::string> stored_set(stored.begin(), stored.end());
+  std::set<std::string> expected;
+  for (const auto& [name, tensor] : targets) expected.insert(name);
   std::string missing;
   std::string unexpected;
   for (const auto& name : stored) {
-    if (expected.count(name) == 0) {
-      unexpected += (unexpected.empty() ? "" : ", ") + name;
-    } else {
-      expected[name] = true;
-    }
+    if (expected.count(name) == 0) unexpected += (unexpected.empty() ? "" : ", ") + name;
   }
-  for (const auto& [name, found] : expected) {
-    if (!found) missing += (missing.empty() ? "" : ", ") + name;
+  for (const auto& name : expected) {
+    if (stored_set.count(name) == 0) missing += (missing.empty() ? "" : ", ") + name;
   }
   if (!missing.empty() || !unexpected.empty()) {
-    throw CheckpointError(path + " (model " + meta.model_name + ") does not match this model:" +
+    throw CheckpointError(path_ + " (model " + meta_.model_name + ") does not match this " +
+                          (group == "model" ? "model" : "run's " + group + " state") + ":" +
                           (missing.empty() ? "" : " missing " + missing + ";") +
                           (unexpected.empty() ? "" : " unexpected " + unexpected + ";") +
-                          " check model.name and the model options");
+                          " check model.name and the model and optim options");
   }
   c10::NoGradGuard no_grad;
-  for (const auto& [name, tensor] : model) {
-    const io::DatasetInfo info = file.info("model/" + name);
-    const auto sizes = tensor.sizes();
-    const std::vector<std::int64_t> shape(sizes.begin(), sizes.end());
+  for (const auto& [name, tensor] : targets) {
+    const io::DatasetInfo info = file_.info(group + "/" + name);
+    const std::vector<std::int64_t> shape = shape_of(tensor);
     const io::DType dtype = io_dtype(tensor.scalar_type(), name);
     if (info.shape != shape || info.dtype != dtype) {
-      throw CheckpointError(path + ": " + name + " is " + io::dtype_name(info.dtype) +
+      throw CheckpointError(path_ + ": " + group + "/" + name + " is " + io::dtype_name(info.dtype) +
                             io::shape_text(info.shape) + " in the checkpoint but " +
-                            io::dtype_name(dtype) + io::shape_text(shape) + " in the model");
+                            io::dtype_name(dtype) + io::shape_text(shape) + " here");
     }
     at::Tensor host = at::empty(shape, tensor.options().device(at::kCPU));
-    file.read("model/" + name, dtype, host.data_ptr());
+    file_.read(group + "/" + name, dtype, host.data_ptr());
     tensor.detach().copy_(host);
   }
-  return meta;
+}
+
+NamedTensors CheckpointReader::read_group(const std::string& group) const {
+  return as_checkpoint_error([&] { return read_group_unchecked(group); });
+}
+
+NamedTensors CheckpointReader::read_group_unchecked(const std::string& group) const {
+  NamedTensors out;
+  for (const auto& name : file_.list_datasets(group)) {
+    const io::DatasetInfo info = file_.info(group + "/" + name);
+    at::Tensor host = at::empty(info.shape, at::TensorOptions().dtype(scalar_type(info.dtype)));
+    file_.read(group + "/" + name, info.dtype == io::DType::kUInt16 ? io::DType::kInt32 : info.dtype,
+               host.data_ptr());
+    out.emplace_back(name, host);
+  }
+  return out;
+}
+
+std::int64_t CheckpointReader::verify() const {
+  std::int64_t tensors = 0;
+  for (const char* group : {"model", "optim", "sched", "rng", "metrics"}) {
+    tensors += static_cast<std::int64_t>(read_group(group).size());
+  }
+  return tensors;
+}
+
+CheckpointMeta read_checkpoint(const std::string& path, const NamedTensors& model) {
+  const CheckpointReader reader(path);
+  reader.read_into("model", model);
+  return reader.meta();
 }
 
 std::string latest_checkpoint(const std::string& dir) {
@@ -139,6 +217,30 @@ std::string latest_checkpoint(const std::string& dir) {
   std::string name;
   if (!(in >> name)) return "";
   return (fs::path(dir) / name).string();
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  static const std::regex pattern(R"(ckpt-(\d+)\.h5)");
+  std::vector<std::pair<std::int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch match;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, match, pattern)) found.emplace_back(std::stoll(match[1].str()), entry.path().string());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (auto& [step, path] : found) out.push_back(std::move(path));
+  return out;
+}
+
+void prune_checkpoints(const std::string& dir, std::int64_t keep) {
+  if (keep <= 0) return;
+  const std::vector<std::string> all = list_checkpoints(dir);
+  for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) {
+    std::error_code ignored;
+    fs::remove(all[i], ignored);
+  }
 }
 
 }  // namespace hpctrain::ckpt

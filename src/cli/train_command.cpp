@@ -3,7 +3,9 @@
 
 #include "hpctrain/cli/commands.h"
 #include "hpctrain/config/parser.h"
+#include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
+#include "hpctrain/core/stop_signals.h"
 #include "hpctrain/core/system.h"
 #include "hpctrain/train/trainer.h"
 #include "runtime.h"
@@ -37,8 +39,10 @@ int run_train(const Args& args) {
   train::TrainingSetup setup = train::prepare_training(config, /*need_train_split=*/true);
 
   const auto bootstrap = start_mpi(config.log);
+  // From here a stop signal becomes a checkpoint and exit 75 at the next step boundary.
+  sys::install_stop_handlers(sys::parse_signal_list(config.ckpt.signals));
   const train::RunDirectory run_dir(config.run.dir);
-  if (bootstrap->world_rank() == 0) run_dir.create(resolved);
+  if (bootstrap->world_rank() == 0) run_dir.create();
   bootstrap->barrier();
   log::add_file(run_dir.log_path(bootstrap->world_rank()));
   log_banner(*bootstrap, setup.threads);
@@ -46,6 +50,15 @@ int run_train(const Args& args) {
 
   train::Trainer trainer(std::move(setup), *bootstrap, run_dir);
   const train::TrainSummary summary = trainer.run();
+  if (summary.stopped) {
+    if (bootstrap->world_rank() == 0) {
+      log::warn("stopped at step {} on a signal; checkpoint {} holds everything needed to continue: "
+                "rerun the same command to resume (exit code {})",
+                summary.steps, summary.checkpoint, static_cast<int>(ExitCode::kStopped));
+    }
+    log::shutdown();
+    return static_cast<int>(ExitCode::kStopped);
+  }
   if (summary.last_eval) {
     log::info("done: {} steps, test accuracy {:.4f}, test loss {:.4f}", summary.steps,
               summary.last_eval->accuracy, summary.last_eval->loss);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "hpctrain/core/error.h"
+#include "hpctrain/core/stop_signals.h"
 
 namespace hpctrain::config {
 namespace {
@@ -114,6 +115,13 @@ Rule<std::string> int_list() {
           }};
 }
 
+Rule<std::string> signal_list() {
+  return {"comma-separated signal names", [](const std::string& v) {
+            const std::string problem = sys::check_signal_list(v);
+            return problem.empty() ? problem : "must be comma-separated signal names: " + problem;
+          }};
+}
+
 template <typename T>
 T parse_as(const std::string& text) {
   if constexpr (std::is_same_v<T, std::int64_t>) return parse_int(text);
@@ -208,6 +216,19 @@ std::vector<Option> build_table() {
       row("optim.eps", &C::optim, &OptimConfig::eps, "1e-08", "Denominator epsilon of adamw.",
           positive()),
 
+      row("optim.schedule", &C::optim, &OptimConfig::schedule, "constant",
+          "Learning-rate schedule after the warmup: constant, or cosine decay to 0 at "
+          "optim.decay_steps.",
+          one_of({"constant", "cosine"})),
+      row("optim.warmup_steps", &C::optim, &OptimConfig::warmup_steps, "0",
+          "Optimizer steps of linear warmup, from optim.lr / warmup_steps up to optim.lr.",
+          at_least<I>(0)),
+      row("optim.decay_steps", &C::optim, &OptimConfig::decay_steps, "0",
+          "Optimizer steps at which the cosine schedule reaches 0 (counting the warmup); 0: the "
+          "run's length, train.max_steps or else train.epochs whole epochs. Set it to keep the "
+          "schedule when a run is split into several with train.max_steps.",
+          at_least<I>(0)),
+
       row("train.epochs", &C::train, &TrainConfig::epochs, "1", "Passes over the training split.",
           at_least<I>(1)),
       row("train.max_steps", &C::train, &TrainConfig::max_steps, "0",
@@ -267,6 +288,27 @@ std::vector<Option> build_table() {
 
       row("ckpt.save_final", &C::ckpt, &CkptConfig::save_final, "true",
           "Write checkpoints/ckpt-<step>.h5 with the model when training ends."),
+
+      row("ckpt.every_steps", &C::ckpt, &CkptConfig::every_steps, "0",
+          "Write a checkpoint (model, optimizer, schedule, RNG, sampler position) every this "
+          "many optimizer steps; 0 writes one only at the end and on a stop signal.",
+          at_least<I>(0)),
+      row("ckpt.keep_last", &C::ckpt, &CkptConfig::keep_last, "3",
+          "Checkpoints kept in checkpoints/; older ones are deleted once a new one is in place. "
+          "0 keeps all.",
+          at_least<I>(0)),
+      row("ckpt.resume", &C::ckpt, &CkptConfig::resume, "auto",
+          "auto: continue from the newest checkpoint in run.dir that verifies (falling back to "
+          "the one before if it does not), or start fresh if there is none; none: start fresh; "
+          "a path: continue from that checkpoint file.",
+          not_empty()),
+      row("ckpt.allow_config_change", &C::ckpt, &CkptConfig::allow_config_change, "false",
+          "Resume even when the config differs from the checkpoint's in more than run length, "
+          "logging and checkpointing options."),
+      row("ckpt.signals", &C::ckpt, &CkptConfig::signals, "USR1,TERM",
+          "Signals that stop training at the next step boundary with a checkpoint and exit code "
+          "75 (resumable); empty leaves the signals' default actions.",
+          signal_list()),
 
       row("log.every_steps", &C::log, &LogConfig::every_steps, "50",
           "Progress line and metrics.jsonl record every this many steps.", at_least<I>(1)),

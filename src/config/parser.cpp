@@ -195,6 +195,43 @@ std::string to_ini(const Config& config) {
   return out.str();
 }
 
+namespace {
+
+// "section.key" -> value, for INI text in to_ini's layout.
+std::map<std::string, std::string> ini_values(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  std::string section;
+  while (std::getline(in, line)) {
+    if (line.size() > 2 && line.front() == '[' && line.back() == ']') {
+      section = line.substr(1, line.size() - 2);
+      continue;
+    }
+    const auto equals = line.find(" = ");
+    if (equals != std::string::npos) out[section + "." + line.substr(0, equals)] = line.substr(equals + 3);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, std::pair<std::string, std::string>> ini_differences(const std::string& a,
+                                                                           const std::string& b) {
+  const auto left = ini_values(a);
+  const auto right = ini_values(b);
+  std::map<std::string, std::pair<std::string, std::string>> out;
+  for (const auto& [key, value] : left) {
+    const auto found = right.find(key);
+    const std::string other = found == right.end() ? "" : found->second;
+    if (other != value) out[key] = {value, other};
+  }
+  for (const auto& [key, value] : right) {
+    if (left.count(key) == 0) out[key] = {"", value};
+  }
+  return out;
+}
+
 std::string options_help() {
   std::ostringstream out;
   for (const auto& section : sections()) {

@@ -7,7 +7,7 @@
 
 namespace hpctrain::train {
 
-void RunDirectory::create(const std::string& resolved_config) const {
+void RunDirectory::create() const {
   std::error_code ec;
   std::filesystem::create_directories(root_ + "/logs", ec);
   if (!ec) std::filesystem::create_directories(checkpoints_dir(), ec);
@@ -15,6 +15,9 @@ void RunDirectory::create(const std::string& resolved_config) const {
     throw Error("cannot create run directory " + root_ + ": " + ec.message() +
                 " (check run.dir and permissions)", ExitCode::kUsage);
   }
+}
+
+void RunDirectory::write_config(const std::string& resolved_config) const {
   std::ofstream out(config_path());
   out << resolved_config;
   if (!out) throw Error("cannot write " + config_path(), ExitCode::kUsage);

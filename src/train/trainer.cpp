@@ -3,13 +3,16 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstring>
 #include <ctime>
+#include <filesystem>
 
 #include "hpctrain/ckpt/checkpoint.h"
 #include "hpctrain/comm/bootstrap.h"
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/log.h"
+#include "hpctrain/core/stop_signals.h"
 #include "hpctrain/core/system.h"
 #include "hpctrain/core/timer.h"
 #include "hpctrain/core/version.h"
@@ -19,9 +22,12 @@
 #include "hpctrain/model/batch_norm.h"
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/device.h"
+#include "hpctrain/train/lr_schedule.h"
 #include "hpctrain/train/metrics_writer.h"
 #include "hpctrain/train/optimizer.h"
+#include "hpctrain/train/resume_policy.h"
 #include "hpctrain/train/step_loss.h"
+#include "hpctrain/train/train_state.h"
 
 namespace hpctrain::train {
 namespace {
@@ -87,7 +93,16 @@ struct Trainer::State {
   std::unique_ptr<ddp::GradSync> grad_sync;
   std::vector<at::Tensor> buffers;
   MetricsWriter metrics;
-  std::int64_t step = 0;
+  std::vector<std::string> parameter_names;  // in the optimizer's order
+  std::int64_t step = 0;         // optimizer steps taken
+  std::int64_t total_steps = 0;  // of the whole run, for the schedule
+  std::int64_t start_epoch = 0;  // where run() begins: 0, or a checkpoint's epoch and cursor
+  std::int64_t start_cursor = 0;
+  std::int64_t epoch_now = 0;  // the position after the last step: what a checkpoint records
+  std::int64_t cursor_now = 0;
+  std::optional<double> best_test_acc;
+  std::string last_checkpoint;
+  bool stopped = false;  // the ranks agreed to stop on a signal
 
   State(TrainingSetup s, comm::Bootstrap& b, RunDirectory dir)
       : setup(std::move(s)), bootstrap(b), run_dir(std::move(dir)),
@@ -155,11 +170,33 @@ struct Trainer::State {
     return config().train.max_steps > 0 && step >= config().train.max_steps;
   }
 
-  void train_epoch(std::int64_t epoch, const data::DistributedSampler& sampler);
+  // Every rank's first signal flag, summed on the control plane: at a step boundary no collective
+  // of the communicator is in flight, so the MPI calls of Bootstrap are safe here.
+  bool stop_agreed() {
+    if (config().ckpt.signals.empty()) return false;
+    float flag = sys::stop_signal() != 0 ? 1.0f : 0.0f;
+    if (bootstrap.world_size() > 1) bootstrap.allreduce_sum(&flag, 1);
+    if (flag > 0 && bootstrap.world_rank() == 0) {
+      log::warn("stop requested ({} on {} rank(s)); writing a checkpoint at step {}",
+                sys::stop_signal() != 0 ? sys::signal_name(sys::stop_signal()) : "a signal",
+                static_cast<int>(flag), step);
+    }
+    return flag > 0;
+  }
+
+  void apply_schedule() {
+    const double lr = lr_at(config().optim, step, total_steps);
+    for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+  }
+
+  void resume();
+  void check_config_unchanged(const ckpt::CheckpointReader& reader) const;
+  void train_epoch(std::int64_t epoch, const data::DistributedSampler& sampler, std::int64_t cursor);
   void log_progress(std::int64_t epoch, std::int64_t step_in_epoch, std::int64_t steps_per_epoch,
                     at::Tensor& loss_sum, double& real_samples, Timer& interval);
   std::optional<EvalResult> evaluate_epoch(std::int64_t epoch);
-  std::string save_checkpoint(std::int64_t epoch);
+  // Collective: a checkpoint of the current position (epoch_now, cursor_now).
+  std::string save_checkpoint();
 };
 
 Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory run_dir)
@@ -184,6 +221,7 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
   s.grad_sync = std::make_unique<ddp::GradSync>(*s.comm, parameters, sync_options);
   s.synchronize_batch_norm();
   s.optimizer = make_optimizer(s.config().optim, parameters);
+  for (const auto& named : module.named_parameters()) s.parameter_names.push_back(named.key());
   // Dropout masks differ per rank (as separate processes would in PyTorch DDP), reproducibly.
   torch::manual_seed(static_cast<std::uint64_t>(s.config().train.seed) * 1000003ULL +
                      static_cast<std::uint64_t>(bootstrap.world_rank()) + 1);
@@ -196,10 +234,11 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
 
 Trainer::~Trainer() = default;
 
-void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSampler& sampler) {
+void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSampler& sampler,
+                                 std::int64_t cursor) {
   net().module().train();
-  // The whole epoch's plan up front, so the loader can read ahead of the loop.
-  const std::vector<data::SamplerStep> plans = sampler.steps(sampler.global_order(epoch), 0);
+  // The rest of the epoch's plan up front, so the loader can read ahead of the loop.
+  const std::vector<data::SamplerStep> plans = sampler.steps(sampler.global_order(epoch), cursor);
   // An optimizer step is train.accum_steps sampler steps (micro-batches); the epoch's last may
   // have fewer.
   const auto micro_batches = static_cast<std::int64_t>(plans.size());
@@ -247,6 +286,7 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
       for (const float w : plan.weights) real_samples += w;
     }
     grad_sync->average_gradients();
+    apply_schedule();
     optimizer->step();
     ++step;
     check_replicas();
@@ -254,6 +294,15 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
     const bool last = i + 1 == steps_per_epoch || step_limit_reached();
     if (step % config().log.every_steps == 0 || last) log_progress(epoch, i + 1, steps_per_epoch,
                                                                    loss_sum, real_samples, interval);
+    epoch_now = epoch;
+    cursor_now = plans[static_cast<size_t>(first + count - 1)].next_cursor;
+    if (stop_agreed()) {
+      stopped = true;
+      save_checkpoint();
+      return;
+    }
+    const std::int64_t every = config().ckpt.every_steps;
+    if (every > 0 && step % every == 0) save_checkpoint();
   }
 }
 
@@ -284,27 +333,109 @@ std::optional<EvalResult> Trainer::State::evaluate_epoch(std::int64_t epoch) {
             config().data.eval_split, result.samples, result.loss, result.accuracy);
   metrics.write({{"epoch", epoch + 1}, {"step", step}, {"test_loss", result.loss},
                  {"test_acc", result.accuracy}});
+  if (!best_test_acc || result.accuracy > *best_test_acc) best_test_acc = result.accuracy;
   return result;
 }
 
-std::string Trainer::State::save_checkpoint(std::int64_t epoch) {
+std::string Trainer::State::save_checkpoint() {
   sync_buffers();
+  // Every rank's generators, gathered on the control plane (no collective is in flight here).
+  ckpt::NamedTensors generators;
+  for (const auto& [name, state] : rng_state(device)) {
+    const at::Tensor bytes = state.to(at::kCPU).contiguous();
+    const auto all = bootstrap.allgather_string(
+        std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.nbytes())));
+    for (size_t r = 0; r < all.size(); ++r) {
+      at::Tensor copy = at::empty({static_cast<std::int64_t>(all[r].size())}, at::kByte);
+      std::memcpy(copy.data_ptr(), all[r].data(), all[r].size());
+      generators.emplace_back("rank-" + std::to_string(r) + "/" + name, copy);
+    }
+  }
   std::string path;
   if (bootstrap.world_rank() == 0) {
-    ckpt::CheckpointMeta meta;
+    ckpt::Checkpoint checkpoint;
+    ckpt::CheckpointMeta& meta = checkpoint.meta;
     meta.hpctrain_version = version();
     meta.step = step;
-    meta.epoch = epoch;
+    meta.epoch = epoch_now;
+    meta.cursor = cursor_now;
     meta.world_size = comm->size();
     meta.model_name = config().model.name;
     meta.config_text = config::to_ini(config());
     meta.created = utc_now();
-    Timer timer;
-    path = ckpt::write_checkpoint(run_dir.checkpoints_dir(), model_state(net()), meta);
-    log::info("checkpoint {} written in {:.2f} s", path, timer.elapsed_s());
+    checkpoint.groups["model"] = model_state(net());
+    checkpoint.groups["optim"] = optimizer_state(*optimizer, parameter_names);
+    checkpoint.groups["sched"] = {{"step", torch::full({}, step, torch::kLong)}};
+    checkpoint.groups["rng"] = std::move(generators);
+    if (best_test_acc) checkpoint.groups["metrics"] = {{"best_test_acc", torch::full({}, *best_test_acc, torch::kDouble)}};
+    const Timer timer;
+    path = ckpt::write_checkpoint(run_dir.checkpoints_dir(), checkpoint);
+    const double seconds = timer.elapsed_s();
+    ckpt::prune_checkpoints(run_dir.checkpoints_dir(), config().ckpt.keep_last);
+    const double megabytes = static_cast<double>(std::filesystem::file_size(path)) / 1e6;
+    log::info("checkpoint {} written in {:.2f} s ({:.1f} MB, {:.0f} MB/s; training waited for it)", path,
+              seconds, megabytes, megabytes / std::max(seconds, 1e-9));
   }
   comm->barrier();  // no rank leaves before the checkpoint is on disk
+  last_checkpoint = path;
   return path;
+}
+
+void Trainer::State::check_config_unchanged(const ckpt::CheckpointReader& reader) const {
+  const std::string changes = resume_config_changes(reader.meta().config_text, config::to_ini(config()));
+  if (changes.empty()) return;
+  if (config().ckpt.allow_config_change) {
+    log::warn("resuming with a changed config ({}), as ckpt.allow_config_change=true", changes);
+    return;
+  }
+  throw ConfigError("the config differs from that of checkpoint " + reader.path() + ": " + changes +
+                    "; resume with the checkpoint's values (h5dump -a config shows them), set "
+                    "--ckpt.resume=none to start fresh, or --ckpt.allow_config_change=true");
+}
+
+void Trainer::State::resume() {
+  std::string chosen;
+  if (bootstrap.world_rank() == 0) chosen = choose_checkpoint(config().ckpt.resume, run_dir.checkpoints_dir());
+  std::vector<std::uint8_t> bytes(chosen.begin(), chosen.end());
+  bootstrap.broadcast_bytes(bytes, 0);
+  chosen.assign(bytes.begin(), bytes.end());
+  if (chosen.empty()) {
+    log::info("starting fresh (ckpt.resume={}; no checkpoint to continue from)", config().ckpt.resume);
+    return;
+  }
+  const ckpt::CheckpointReader reader(chosen);
+  const ckpt::CheckpointMeta& meta = reader.meta();
+  check_config_unchanged(reader);
+  reader.read_into("model", model_state(net()));
+  load_optimizer_state(*optimizer, parameter_names, reader.read_group("optim"));
+  step = meta.step;
+  start_epoch = meta.epoch;
+  start_cursor = meta.cursor;
+  for (const auto& [name, value] : reader.read_group("metrics")) {
+    if (name == "best_test_acc") best_test_acc = value.item<double>();
+  }
+  const std::string mine = "rank-" + std::to_string(bootstrap.world_rank()) + "/";
+  ckpt::NamedTensors generators;
+  for (const auto& [name, state] : reader.read_group("rng")) {
+    if (name.rfind(mine, 0) == 0) generators.emplace_back(name.substr(mine.size()), state);
+  }
+  if (meta.world_size == comm->size() && !generators.empty()) {
+    restore_rng_state(device, generators);
+  } else {
+    // Another world size: no rank's generators carry over; new ones, distinct per rank and step.
+    torch::manual_seed(static_cast<std::uint64_t>(config().train.seed) * 1000003ULL +
+                       static_cast<std::uint64_t>(bootstrap.world_rank()) + 1 +
+                       static_cast<std::uint64_t>(step) * 7919ULL);
+  }
+  log::info("resumed from {}: step {}, epoch {}, sampler cursor {} (written by {} rank(s))", chosen,
+            step, start_epoch + 1, start_cursor, meta.world_size);
+  if (meta.world_size != comm->size() && bootstrap.world_rank() == 0) {
+    log::warn("the checkpoint was written by {} rank(s), this run has {}: epoch {} continues with the "
+              "samples not yet seen (from global cursor {}); the global batch becomes {} x "
+              "train.batch_size x train.accum_steps and optim.lr applies unchanged (no LR scaling); "
+              "dropout draws differ from an uninterrupted run",
+              meta.world_size, comm->size(), start_epoch + 1, start_cursor, comm->size());
+  }
 }
 
 TrainSummary Trainer::run() {
@@ -327,14 +458,31 @@ TrainSummary Trainer::run() {
             train.batch_size, train.drop_last ? ", last partial batch dropped" : "",
             s.grad_sync->bucket_count(), s.config().dist.overlap ? "on" : "off",
             s.config().dist.grad_compression);
+  const std::int64_t steps_per_epoch = (sampler.steps_from(0) + train.accum_steps - 1) / train.accum_steps;
+  s.total_steps = s.config().optim.decay_steps > 0 ? s.config().optim.decay_steps
+                  : train.max_steps > 0             ? train.max_steps
+                                                    : train.epochs * steps_per_epoch;
+  s.resume();
+  if (s.bootstrap.world_rank() == 0) s.run_dir.write_config(config::to_ini(s.config()));
+  s.epoch_now = s.start_epoch;
+  s.cursor_now = s.start_cursor;
   TrainSummary summary;
-  std::int64_t epoch = 0;
-  for (; epoch < train.epochs && !s.step_limit_reached(); ++epoch) {
-    s.train_epoch(epoch, sampler);
+  for (std::int64_t epoch = s.start_epoch; epoch < train.epochs && !s.step_limit_reached(); ++epoch) {
+    s.train_epoch(epoch, sampler, epoch == s.start_epoch ? s.start_cursor : 0);
+    if (s.stopped) break;
     summary.last_eval = s.evaluate_epoch(epoch);  // also after an epoch cut short by max_steps
+    if (sampler.steps_from(s.cursor_now) == 0) {  // the epoch is complete: a resume starts the next
+      s.epoch_now = epoch + 1;
+      s.cursor_now = 0;
+    }
   }
   summary.steps = s.step;
-  if (s.config().ckpt.save_final) summary.checkpoint = s.save_checkpoint(epoch);
+  summary.stopped = s.stopped;
+  if (s.stopped) {
+    summary.checkpoint = s.last_checkpoint;
+    return summary;
+  }
+  if (s.config().ckpt.save_final) summary.checkpoint = s.save_checkpoint();
   return summary;
 }
 

@@ -4,7 +4,9 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/system.h"
@@ -28,16 +30,24 @@ NamedTensors sample_state() {
           {"bn.num_batches_tracked", at::full({}, 17, at::kLong)}};
 }
 
+Checkpoint model_only(NamedTensors model, CheckpointMeta meta = {}) {
+  Checkpoint out;
+  out.meta = std::move(meta);
+  out.groups["model"] = std::move(model);
+  return out;
+}
+
 TEST_F(CheckpointTest, RoundTripsTensorsAndMetadataAndUpdatesLatest) {
   const NamedTensors saved = sample_state();
   CheckpointMeta meta;
   meta.step = 120;
   meta.epoch = 2;
+  meta.cursor = 640;
   meta.world_size = 3;
   meta.model_name = "mlp";
   meta.config_text = "[train]\nepochs = 2\n";
   meta.hpctrain_version = "test";
-  const std::string path = write_checkpoint(dir_, saved, meta);
+  const std::string path = write_checkpoint(dir_, model_only(saved, meta));
   EXPECT_EQ(fs::path(path).filename(), "ckpt-120.h5");
   EXPECT_EQ(latest_checkpoint(dir_), path);
   for (const auto& entry : fs::directory_iterator(dir_)) {
@@ -49,6 +59,7 @@ TEST_F(CheckpointTest, RoundTripsTensorsAndMetadataAndUpdatesLatest) {
   const CheckpointMeta read = read_checkpoint(path, loaded);
   EXPECT_EQ(read.step, 120);
   EXPECT_EQ(read.epoch, 2);
+  EXPECT_EQ(read.cursor, 640);
   EXPECT_EQ(read.world_size, 3);
   EXPECT_EQ(read.model_name, "mlp");
   EXPECT_EQ(read.config_text, meta.config_text);
@@ -58,7 +69,7 @@ TEST_F(CheckpointTest, RoundTripsTensorsAndMetadataAndUpdatesLatest) {
 }
 
 TEST_F(CheckpointTest, MismatchedModelNamesEveryDifference) {
-  const std::string path = write_checkpoint(dir_, sample_state(), {});
+  const std::string path = write_checkpoint(dir_, model_only(sample_state()));
   NamedTensors other = {{"fc.weight", at::zeros({4, 3})}, {"head.bias", at::zeros({4})},
                         {"bn.num_batches_tracked", at::zeros({}, at::kLong)}};
   try {
@@ -72,22 +83,22 @@ TEST_F(CheckpointTest, MismatchedModelNamesEveryDifference) {
 }
 
 TEST_F(CheckpointTest, MismatchedShapeIsNamed) {
-  const std::string path = write_checkpoint(dir_, sample_state(), {});
+  const std::string path = write_checkpoint(dir_, model_only(sample_state()));
   NamedTensors wrong = {{"fc.weight", at::zeros({5, 3})}, {"fc.bias", at::zeros({4})},
                         {"bn.num_batches_tracked", at::zeros({}, at::kLong)}};
   try {
     read_checkpoint(path, wrong);
     FAIL() << "expected CheckpointError";
   } catch (const CheckpointError& e) {
-    EXPECT_NE(std::string(e.what()).find("fc.weight is float32[4,3] in the checkpoint but "
-                                         "float32[5,3] in the model"),
+    EXPECT_NE(std::string(e.what()).find("model/fc.weight is float32[4,3] in the checkpoint but "
+                                         "float32[5,3] here"),
               std::string::npos)
         << e.what();
   }
 }
 
 TEST_F(CheckpointTest, TruncatedFileIsACheckpointError) {
-  const std::string path = write_checkpoint(dir_, sample_state(), {});
+  const std::string path = write_checkpoint(dir_, model_only(sample_state()));
   fs::resize_file(path, fs::file_size(path) / 2);
   NamedTensors state = sample_state();
   try {
@@ -95,6 +106,68 @@ TEST_F(CheckpointTest, TruncatedFileIsACheckpointError) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::kCheckpoint) << e.what();
+  }
+}
+
+TEST_F(CheckpointTest, EveryGroupRoundTripsWithNestedNamesAndDtypes) {
+  Checkpoint saved = model_only(sample_state());
+  saved.groups["optim"] = {{"fc.weight/exp_avg", at::randn({4, 3})}, {"fc.weight/step", at::full({}, 9, at::kLong)}};
+  saved.groups["rng"] = {{"rank-0/cpu", at::randint(0, 255, {5056}, at::kByte)},
+                         {"rank-1/cpu", at::randint(0, 255, {5056}, at::kByte)}};
+  saved.groups["metrics"] = {{"best_test_acc", at::full({}, 0.91, at::kDouble)}};
+  const CheckpointReader reader(write_checkpoint(dir_, saved));
+  EXPECT_EQ(reader.meta().format_version, kFormatVersion);
+  EXPECT_TRUE(reader.has_group("rng"));
+  EXPECT_FALSE(reader.has_group("sched"));
+  EXPECT_TRUE(reader.read_group("sched").empty());
+  for (const char* group : {"optim", "rng", "metrics"}) {
+    const NamedTensors read = reader.read_group(group);
+    ASSERT_EQ(read.size(), saved.groups[group].size()) << group;
+    for (const auto& [name, tensor] : saved.groups[group]) {
+      const auto found = std::find_if(read.begin(), read.end(), [&](const auto& r) { return r.first == name; });
+      ASSERT_NE(found, read.end()) << name;
+      EXPECT_EQ(found->second.scalar_type(), tensor.scalar_type()) << name;
+      EXPECT_TRUE(at::equal(found->second, tensor)) << name;
+    }
+  }
+  EXPECT_EQ(reader.verify(), 3 + 2 + 2 + 1);
+}
+
+TEST_F(CheckpointTest, NewestFirstAndPruningKeepsTheNewest) {
+  for (const std::int64_t step : {5, 40, 100, 7}) {
+    CheckpointMeta meta;
+    meta.step = step;
+    write_checkpoint(dir_, model_only(sample_state(), meta));
+  }
+  EXPECT_EQ(fs::path(latest_checkpoint(dir_)).filename(), "ckpt-7.h5") << "the last written";
+  std::vector<std::string> names;
+  for (const auto& path : list_checkpoints(dir_)) names.push_back(fs::path(path).filename().string());
+  EXPECT_EQ(names, (std::vector<std::string>{"ckpt-100.h5", "ckpt-40.h5", "ckpt-7.h5", "ckpt-5.h5"}));
+  prune_checkpoints(dir_, 2);
+  EXPECT_EQ(list_checkpoints(dir_).size(), 2u);
+  EXPECT_TRUE(fs::exists(dir_ + "/ckpt-100.h5"));
+  EXPECT_TRUE(fs::exists(dir_ + "/ckpt-40.h5"));
+}
+
+TEST_F(CheckpointTest, FlippedBytesFailVerificationAndOtherFilesAreRefused) {
+  NamedTensors big = {{"w", at::randn({256, 256})}};
+  const std::string path = write_checkpoint(dir_, model_only(big));
+  {  // Flip a byte in the middle of the 256 KiB tensor.
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(fs::file_size(path) / 2));
+    const char byte = static_cast<char>(f.get());
+    f.seekp(static_cast<std::streamoff>(fs::file_size(path) / 2));
+    f.put(static_cast<char>(byte ^ 0x5a));
+  }
+  EXPECT_THROW(CheckpointReader(path).verify(), CheckpointError);
+  const std::string text = dir_ + "/notes.h5";
+  std::ofstream(text) << "not hdf5";
+  EXPECT_THROW(CheckpointReader{text}, CheckpointError);
+  try {
+    CheckpointReader missing(dir_ + "/nope.h5");
+    FAIL();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("no such checkpoint file"), std::string::npos) << e.what();
   }
 }
 

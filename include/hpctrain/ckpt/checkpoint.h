@@ -1,43 +1,85 @@
-// The checkpoint file: HDF5 with the model's named tensors under /model/<name> and metadata
-// attributes on the root (docs/checkpoint-format.md). Writes are atomic: a temporary file is
-// flushed, fsynced and renamed into place, then `latest` is updated the same way.
+// The checkpoint file (docs/checkpoint-format.md): HDF5, metadata as root attributes, tensors in
+// groups: /model/<name> (parameters and buffers), /optim/<parameter>/<state> (optimizer state),
+// /sched/step, /rng/rank-<r>/{cpu,cuda} (every rank's generators), /metrics/<name> (best eval).
+// Writes are atomic: a temporary file is flushed, fsynced and renamed into place, then `latest`
+// is updated the same way; old checkpoints are pruned only after that.
 // Depends on core, io and ATen; callers pass named tensors, so this never sees a torch module.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "hpctrain/io/h5_file.h"
+
 namespace hpctrain::ckpt {
 
-inline constexpr std::int64_t kFormatVersion = 1;
+// 1: model only. 2: + optimizer, schedule, RNG, metrics and the sampler cursor.
+inline constexpr std::int64_t kFormatVersion = 2;
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 struct CheckpointMeta {
   std::int64_t format_version = kFormatVersion;
   std::string hpctrain_version;
-  std::int64_t step = 0;
-  std::int64_t epoch = 0;
+  std::int64_t step = 0;    // optimizer steps taken
+  std::int64_t epoch = 0;   // the epoch in progress (0-based), or the epoch count when done
+  std::int64_t cursor = 0;  // the sampler's global cursor within `epoch`
   std::int64_t world_size = 1;
   std::string model_name;
   std::string config_text;  // the resolved config (INI)
   std::string created;      // UTC, ISO 8601
 };
 
-// Writes `<dir>/ckpt-<step>.h5` and points `<dir>/latest` at it; returns the file's path.
-// Throws CheckpointError.
-std::string write_checkpoint(const std::string& dir, const NamedTensors& model,
-                             const CheckpointMeta& meta);
+struct Checkpoint {
+  CheckpointMeta meta;
+  std::map<std::string, NamedTensors> groups;  // "model", "optim", "sched", "rng", "metrics"
+};
 
-// Reads the metadata and copies every tensor of /model into `model` (matched by name), checking
-// that names, shapes and dtypes agree and saying exactly what does not. Throws CheckpointError.
+// Writes `<dir>/ckpt-<step>.h5` and points `<dir>/latest` at it; returns the file's path.
+// Throws CheckpointError (the earlier checkpoints and `latest` are then untouched).
+std::string write_checkpoint(const std::string& dir, const Checkpoint& checkpoint);
+
+// An open checkpoint. Every error is a CheckpointError naming the file.
+class CheckpointReader {
+ public:
+  // Opens the file and reads its metadata; refuses a file that is not an hpctrain checkpoint or
+  // has a newer format version.
+  explicit CheckpointReader(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  const CheckpointMeta& meta() const { return meta_; }
+  bool has_group(const std::string& group) const;
+  // Copies the group's tensors into `targets`, matched by name. Names, shapes and dtypes must
+  // agree exactly; the error lists every missing and unexpected name at once.
+  void read_into(const std::string& group, const NamedTensors& targets) const;
+  // The group's tensors as stored, by name; empty when the group is absent.
+  NamedTensors read_group(const std::string& group) const;
+  // Reads every tensor, so every chunk's fletcher32 checksum is verified. Returns the tensors read.
+  std::int64_t verify() const;
+
+ private:
+  void read_meta();
+  void read_into_unchecked(const std::string& group, const NamedTensors& targets) const;
+  NamedTensors read_group_unchecked(const std::string& group) const;
+
+  std::string path_;
+  io::H5File file_;
+  CheckpointMeta meta_;
+};
+
+// Reads the metadata and the /model group into `model`. Throws CheckpointError.
 CheckpointMeta read_checkpoint(const std::string& path, const NamedTensors& model);
 
 // The file `<dir>/latest` points at, or "" when there is none.
 std::string latest_checkpoint(const std::string& dir);
+// Every `ckpt-<step>.h5` in `dir`, highest step first.
+std::vector<std::string> list_checkpoints(const std::string& dir);
+// Deletes all but the `keep` newest checkpoints of `dir` (keep 0: none deleted).
+void prune_checkpoints(const std::string& dir, std::int64_t keep);
 
 }  // namespace hpctrain::ckpt

@@ -36,6 +36,9 @@ struct OptimConfig {
   double beta1 = 0.0;
   double beta2 = 0.0;
   double eps = 0.0;
+  std::string schedule;          // constant | cosine
+  std::int64_t warmup_steps = 0;  // linear warmup from lr/warmup_steps to lr
+  std::int64_t decay_steps = 0;   // cosine length; 0: the run's (max_steps or epochs)
 };
 
 struct TrainConfig {
@@ -64,6 +67,11 @@ struct DistConfig {
 
 struct CkptConfig {
   bool save_final = true;
+  std::int64_t every_steps = 0;  // 0: no periodic checkpoints
+  std::int64_t keep_last = 0;    // checkpoints kept; 0: all
+  std::string resume;            // auto | none | PATH
+  bool allow_config_change = false;
+  std::string signals;  // comma-separated signal names that stop the run with a checkpoint
 };
 
 struct LogConfig {

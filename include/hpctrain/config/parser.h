@@ -41,6 +41,11 @@ Config resolve(const std::string& ini_path, const std::map<std::string, std::str
 // The resolved configuration as an INI text that `resolve` reads back to the same Config.
 std::string to_ini(const Config& config);
 
+// Keys whose values differ between two INI texts written by to_ini ("section.key" -> {a, b}; a
+// key present in one only has "" on the other side).
+std::map<std::string, std::pair<std::string, std::string>> ini_differences(const std::string& a,
+                                                                           const std::string& b);
+
 // Every option with its type, default and meaning, grouped by section (for --help).
 std::string options_help();
 

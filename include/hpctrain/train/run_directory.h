@@ -18,9 +18,11 @@ class RunDirectory {
     return root_ + "/logs/rank-" + std::to_string(world_rank) + ".log";
   }
 
-  // Creates the directories and writes the resolved config (rank 0 only). Throws Error naming the
-  // path when the directory cannot be created or written.
-  void create(const std::string& resolved_config) const;
+  // Creates the directories (rank 0 only). Throws Error naming the path when it cannot.
+  void create() const;
+  // Writes config.ini (rank 0 only), once the run is known to go ahead: a resume refused for a
+  // changed config leaves the directory's config.ini as it was.
+  void write_config(const std::string& resolved_config) const;
 
  private:
   std::string root_;

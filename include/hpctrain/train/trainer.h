@@ -44,7 +44,8 @@ int configure_threads(const config::TrainConfig& train);
 struct TrainSummary {
   std::int64_t steps = 0;
   std::optional<EvalResult> last_eval;
-  std::string checkpoint;  // path of the final checkpoint, "" if none
+  std::string checkpoint;  // path of the last checkpoint written, "" if none
+  bool stopped = false;    // stopped on a signal (ckpt.signals) after writing `checkpoint`
 };
 
 class Trainer {
@@ -52,7 +53,8 @@ class Trainer {
   Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory run_dir);
   ~Trainer();
 
-  // Collective: trains for train.epochs (or train.max_steps) and returns what happened.
+  // Collective: resumes from a checkpoint (ckpt.resume), trains for train.epochs (or up to
+  // train.max_steps) or until a stop signal, and returns what happened.
   TrainSummary run();
 
  private:

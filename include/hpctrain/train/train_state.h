@@ -1,0 +1,34 @@
+// What a checkpoint needs from a run besides the model, as named tensors: the optimizer's state
+// per parameter (AdamW: step, exp_avg, exp_avg_sq; SGD: momentum_buffer), and the random
+// generators of this process (CPU, and the GPU's when training on one). Depends on ckpt (for
+// NamedTensors) and torch (optimizer forward-declared).
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <string>
+#include <vector>
+
+#include "hpctrain/ckpt/checkpoint.h"
+
+namespace torch::optim {
+class Optimizer;
+}  // namespace torch::optim
+
+namespace hpctrain::train {
+
+// "<parameter name>/<state>" for every parameter that has optimizer state (none before the first
+// step). `names[i]` names the optimizer's i-th parameter (its parameter groups in order). The
+// tensors are the live state, not copies: write them before the next step.
+ckpt::NamedTensors optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<std::string>& names);
+// Replaces the optimizer's state with `stored` (as optimizer_state wrote it). Throws
+// CheckpointError naming what does not fit (an unknown parameter, a state of another optimizer).
+void load_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<std::string>& names,
+                          const ckpt::NamedTensors& stored);
+
+// The states of this process's generators: {"cpu", ...} and {"cuda", ...} when `device` is a GPU.
+ckpt::NamedTensors rng_state(const c10::Device& device);
+// Restores what rng_state returned (entries by name; absent ones are left alone).
+void restore_rng_state(const c10::Device& device, const ckpt::NamedTensors& state);
+
+}  // namespace hpctrain::train

@@ -1,0 +1,64 @@
+#include "hpctrain/train/resume_policy.h"
+
+#include <set>
+#include <vector>
+
+#include "hpctrain/ckpt/checkpoint.h"
+#include "hpctrain/config/parser.h"
+#include "hpctrain/core/error.h"
+#include "hpctrain/core/log.h"
+
+namespace hpctrain::train {
+namespace {
+
+// "section.key" options that may change between a checkpoint and its resume: run length, logging,
+// checkpointing, and how data is read, none of which changes what is computed.
+bool free_to_change(const std::string& key) {
+  static const std::set<std::string> keys{
+      "run.dir",          "train.epochs",        "train.max_steps",    "train.threads",
+      "train.eval_batch_size", "data.eval_split", "data.prefetch",      "data.loader_threads",
+      "data.cache_mb",    "data.io",             "dist.timeout_s",     "dist.check_replicas_every"};
+  return keys.count(key) > 0 || key.rfind("log.", 0) == 0 || key.rfind("ckpt.", 0) == 0;
+}
+
+}  // namespace
+
+std::string choose_checkpoint(const std::string& how, const std::string& dir) {
+  if (how == "none") return "";
+  if (how != "auto") {
+    ckpt::CheckpointReader(how).verify();  // a bad file named by the user is an error
+    return how;
+  }
+  std::vector<std::string> candidates;
+  const std::string latest = ckpt::latest_checkpoint(dir);
+  if (!latest.empty()) candidates.push_back(latest);
+  for (const auto& path : ckpt::list_checkpoints(dir)) {
+    if (path != latest) candidates.push_back(path);
+  }
+  for (const auto& path : candidates) {
+    try {
+      ckpt::CheckpointReader(path).verify();
+      return path;
+    } catch (const Error& e) {
+      if (e.code() != ExitCode::kCheckpoint) throw;
+      log::warn("checkpoint {} is unusable ({}); trying the one before it", path, e.what());
+    }
+  }
+  if (!candidates.empty()) {
+    throw CheckpointError("none of the " + std::to_string(candidates.size()) + " checkpoint(s) in " + dir +
+                          " verifies; set --ckpt.resume=none to start fresh, or name one with --ckpt.resume=PATH");
+  }
+  return "";
+}
+
+std::string resume_config_changes(const std::string& checkpoint_ini, const std::string& current_ini) {
+  std::string changes;
+  for (const auto& [key, values] : config::ini_differences(checkpoint_ini, current_ini)) {
+    if (free_to_change(key)) continue;
+    changes += (changes.empty() ? "" : "; ") + key + " " + (values.first.empty() ? "(none)" : values.first) +
+               " -> " + (values.second.empty() ? "(none)" : values.second);
+  }
+  return changes;
+}
+
+}  // namespace hpctrain::train

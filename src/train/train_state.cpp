@@ -1,0 +1,137 @@
+#include "hpctrain/train/train_state.h"
+
+#include <ATen/Context.h>
+#include <torch/optim.h>
+
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <type_traits>
+
+#include "hpctrain/core/error.h"
+
+namespace hpctrain::train {
+namespace {
+
+namespace optim = torch::optim;
+
+std::vector<at::Tensor> parameters_of(const optim::Optimizer& optimizer) {
+  std::vector<at::Tensor> out;
+  for (const auto& group : optimizer.param_groups()) {
+    out.insert(out.end(), group.params().begin(), group.params().end());
+  }
+  return out;
+}
+
+// The optimizer's key for a parameter's state: the TensorImpl's address, printed in libtorch 1.x,
+// the pointer itself in 2.x.
+template <typename Map>
+typename Map::key_type state_key(const Map&, const at::Tensor& parameter) {
+  using Key = typename Map::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;
+    text << parameter.unsafeGetTensorImpl();
+    return text.str();
+  } else {
+    return static_cast<Key>(parameter.unsafeGetTensorImpl());
+  }
+}
+
+at::Tensor step_tensor(std::int64_t step) { return at::full({}, step, at::kLong); }
+
+}  // namespace
+
+ckpt::NamedTensors optimizer_state(optim::Optimizer& optimizer, const std::vector<std::string>& names) {
+  const std::vector<at::Tensor> parameters = parameters_of(optimizer);
+  HT_CHECK(parameters.size() == names.size(), "one name per optimizer parameter");
+  auto& states = optimizer.state();
+  ckpt::NamedTensors out;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const auto found = states.find(state_key(states, parameters[i]));
+    if (found == states.end()) continue;
+    const std::string& name = names[i];
+    if (auto* adamw = dynamic_cast<optim::AdamWParamState*>(found->second.get())) {
+      out.emplace_back(name + "/step", step_tensor(adamw->step()));
+      out.emplace_back(name + "/exp_avg", adamw->exp_avg());
+      out.emplace_back(name + "/exp_avg_sq", adamw->exp_avg_sq());
+      if (adamw->max_exp_avg_sq().defined()) out.emplace_back(name + "/max_exp_avg_sq", adamw->max_exp_avg_sq());
+    } else if (auto* sgd = dynamic_cast<optim::SGDParamState*>(found->second.get())) {
+      if (sgd->momentum_buffer().defined()) out.emplace_back(name + "/momentum_buffer", sgd->momentum_buffer());
+    } else {
+      throw CheckpointError("the optimizer's state of " + name + " is of a kind checkpoints cannot store yet");
+    }
+  }
+  return out;
+}
+
+void load_optimizer_state(optim::Optimizer& optimizer, const std::vector<std::string>& names,
+                          const ckpt::NamedTensors& stored) {
+  const std::vector<at::Tensor> parameters = parameters_of(optimizer);
+  HT_CHECK(parameters.size() == names.size(), "one name per optimizer parameter");
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < names.size(); ++i) index[names[i]] = i;
+  // parameter -> state name -> tensor
+  std::map<std::string, std::map<std::string, at::Tensor>> by_parameter;
+  for (const auto& [key, tensor] : stored) {
+    const auto slash = key.rfind('/');
+    const std::string parameter = key.substr(0, slash);
+    if (slash == std::string::npos || index.count(parameter) == 0) {
+      throw CheckpointError("optimizer state '" + key + "' belongs to no parameter of this model");
+    }
+    by_parameter[parameter][key.substr(slash + 1)] = tensor;
+  }
+  const bool adamw = dynamic_cast<optim::AdamW*>(&optimizer) != nullptr;
+  auto& states = optimizer.state();
+  states.clear();
+  for (auto& [parameter, state] : by_parameter) {
+    const at::Tensor& target = parameters[index[parameter]];
+    const auto on_device = [&](const char* what) {
+      const auto found = state.find(what);
+      if (found == state.end() || found->second.sizes() != target.sizes()) {
+        throw CheckpointError("optimizer state of " + parameter + " has no " + what + " of shape " +
+                              c10::str(target.sizes()) + " (a checkpoint of another optimizer? see optim.name)");
+      }
+      return found->second.to(target.options());
+    };
+    if (adamw) {
+      auto restored = std::make_unique<optim::AdamWParamState>();
+      if (state.count("step") == 0) throw CheckpointError("optimizer state of " + parameter + " has no step");
+      restored->step(state.at("step").item<std::int64_t>());
+      restored->exp_avg(on_device("exp_avg"));
+      restored->exp_avg_sq(on_device("exp_avg_sq"));
+      if (state.count("max_exp_avg_sq") > 0) restored->max_exp_avg_sq(on_device("max_exp_avg_sq"));
+      states[state_key(states, target)] = std::move(restored);
+    } else {
+      auto restored = std::make_unique<optim::SGDParamState>();
+      restored->momentum_buffer(on_device("momentum_buffer"));
+      states[state_key(states, target)] = std::move(restored);
+    }
+  }
+}
+
+ckpt::NamedTensors rng_state(const c10::Device& device) {
+  ckpt::NamedTensors out;
+  at::Generator cpu = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));
+  {
+    const std::lock_guard<std::mutex> lock(cpu.mutex());
+    out.emplace_back("cpu", cpu.get_state());
+  }
+  if (device.is_cuda()) {
+    at::Generator gpu = at::globalContext().defaultGenerator(device);
+    const std::lock_guard<std::mutex> lock(gpu.mutex());
+    out.emplace_back("cuda", gpu.get_state());
+  }
+  return out;
+}
+
+void restore_rng_state(const c10::Device& device, const ckpt::NamedTensors& state) {
+  for (const auto& [name, tensor] : state) {
+    if (name != "cpu" && !(name == "cuda" && device.is_cuda())) continue;
+    at::Generator generator =
+        at::globalContext().defaultGenerator(name == "cpu" ? c10::Device(c10::kCPU) : device);
+    const std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(tensor);
+  }
+}
+
+}  // namespace hpctrain::train

@@ -1,0 +1,124 @@
+// Checkpoints and resume through the real executable at -np 2 and 3: a run stopped mid-epoch and
+// resumed ends bit-identical to one that never stopped; a resume on another rank count continues
+// the epoch from its cursor; SIGUSR1 checkpoints and exits 75; a changed config is refused.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "process.h"
+#include "hpctrain/ckpt/checkpoint.h"
+#include "hpctrain/core/system.h"
+
+namespace hpctrain::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kBin = HPCTRAIN_BIN;
+const std::string kSource = HPCTRAIN_SOURCE_DIR;
+
+class ResumeEndToEnd : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    work_ = make_temp_dir("resume");
+    data_ = work_ + "/fashion";
+    const ProcessResult r = run_command(kBin + " prepare fashion-mnist --source /usr/share/datasets/fashion-mnist" +
+                                        " --out " + data_ + " --limit 1200 --shards 2");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  static void TearDownTestSuite() { hpctrain::sys::remove_tree(work_); }
+
+  // 1200 samples / (2 ranks x 32) = 19 steps an epoch, the last one padded. AdamW, warmup and a
+  // cosine over 30 steps, dropout on: everything a resume must carry over.
+  static std::string train(int ranks, const std::string& run, const std::string& extra) {
+    return mpirun(ranks) + kBin + " train --config " + kSource + "/configs/fashion_cnn.ini --data.path=" + data_ +
+           " --run.dir=" + work_ + "/" + run + " --train.threads=1 --data.eval_split= --train.batch_size=32" +
+           " --train.epochs=2 --optim.name=adamw --optim.schedule=cosine --optim.warmup_steps=5" +
+           " --optim.decay_steps=30 --log.every_steps=100 --ckpt.keep_last=0 " + extra;
+  }
+  static ckpt::NamedTensors group(const std::string& path, const std::string& name) {
+    return ckpt::CheckpointReader(path).read_group(name);
+  }
+
+  static std::string work_;
+  static std::string data_;
+};
+
+std::string ResumeEndToEnd::work_;
+std::string ResumeEndToEnd::data_;
+
+TEST_F(ResumeEndToEnd, StoppedMidEpochAndResumedEqualsUninterruptedToTheBit) {
+  const ProcessResult whole = run_command(train(2, "whole", "--train.max_steps=30"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const ProcessResult first = run_command(train(2, "split", "--train.max_steps=11"));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(count_lines_with(first.err, "starting fresh"), 1) << first.err;
+  const ProcessResult second = run_command(train(2, "split", "--train.max_steps=30"));
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  // Step 11 of epoch 1 took samples 0..703 of the epoch's order.
+  EXPECT_EQ(count_lines_with(second.err, "ckpt-11.h5: step 11, epoch 1, sampler cursor 704"), 1) << second.err;
+
+  const std::string a = work_ + "/whole/checkpoints/ckpt-30.h5";
+  const std::string b = work_ + "/split/checkpoints/ckpt-30.h5";
+  for (const char* name : {"model", "optim", "sched"}) {
+    const ckpt::NamedTensors expected = group(a, name);
+    const ckpt::NamedTensors resumed = group(b, name);
+    ASSERT_EQ(expected.size(), resumed.size()) << name;
+    ASSERT_FALSE(expected.empty()) << name;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_EQ(expected[i].first, resumed[i].first);
+      EXPECT_TRUE(at::equal(expected[i].second, resumed[i].second)) << name << "/" << expected[i].first;
+    }
+  }
+  EXPECT_EQ(ckpt::CheckpointReader(b).meta().epoch, 1);
+  EXPECT_EQ(ckpt::CheckpointReader(b).meta().cursor, 11 * 64);  // 30 = 19 + 11
+
+  // Resuming with another learning rate is refused, names the change, and leaves config.ini alone.
+  const std::string config_before = read_file(work_ + "/split/config.ini");
+  const ProcessResult changed = run_command(train(1, "split", "--train.max_steps=31 --optim.lr=0.01"));
+  EXPECT_EQ(changed.exit_code, 2) << changed.err;
+  EXPECT_EQ(count_lines_with(changed.err, "hpctrain: error:"), 1) << changed.err;
+  EXPECT_NE(changed.err.find("optim.lr 0.002 -> 0.01"), std::string::npos) << changed.err;
+  EXPECT_EQ(read_file(work_ + "/split/config.ini"), config_before);
+}
+
+TEST_F(ResumeEndToEnd, AnotherRankCountContinuesTheEpochFromItsCursor) {
+  const ProcessResult first = run_command(train(2, "grow", "--train.max_steps=11"));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const ProcessResult second = run_command(train(3, "grow", "--train.max_steps=17 --log.every_steps=1"));
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(count_lines_with(second.err, "written by 2 rank(s), this run has 3"), 1) << second.err;
+  // 1200 - 704 samples left in epoch 1, 96 a step: 6 steps, 12 to 17.
+  EXPECT_EQ(count_lines_with(second.err, "epoch 1 step 12 (1/6)"), 1) << second.err;
+  EXPECT_EQ(count_lines_with(second.err, "epoch 1 step 17 (6/6)"), 1) << second.err;
+}
+
+TEST_F(ResumeEndToEnd, SigusrOneCheckpointsExitsSeventyFiveAndTheRunResumes) {
+  const std::string dir = work_ + "/signal";
+  fs::create_directories(dir);
+  // Start a long run, signal mpirun once the first progress record is out, report the exit code.
+  const ProcessResult stopped = run_command(
+      "(" + train(2, "signal", "--train.epochs=100 --log.every_steps=2") + ") > " + dir +
+      "/out.log 2>&1 & pid=$!; for i in $(seq 1 600); do [ -s " + dir +
+      "/metrics.jsonl ] && break; sleep 0.1; done; kill -USR1 $pid; wait $pid; echo \"exit=$?\"");
+  const std::string log = read_file(dir + "/out.log");
+  EXPECT_NE(stopped.out.find("exit=75"), std::string::npos) << stopped.out << log;
+  EXPECT_EQ(count_lines_with(log, "stop requested (SIGUSR1"), 1) << log;
+  EXPECT_EQ(count_lines_with(log, "rerun the same command to resume (exit code 75)"), 1) << log;
+  const std::string latest = ckpt::latest_checkpoint(dir + "/checkpoints");
+  ASSERT_FALSE(latest.empty()) << log;
+  const std::int64_t step = ckpt::CheckpointReader(latest).meta().step;
+  EXPECT_GE(step, 2);
+
+  const ProcessResult resumed =
+      run_command(train(2, "signal", "--train.epochs=100 --train.max_steps=" + std::to_string(step + 3)));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(count_lines_with(resumed.err, "resumed from " + latest + ": step " + std::to_string(step)), 1)
+      << resumed.err;
+}
+
+}  // namespace
+}  // namespace hpctrain::testing

@@ -1,0 +1,156 @@
+// The pieces of a resume that need no MPI: the learning-rate schedule, which checkpoint ckpt.resume
+// picks (with fallback), which config changes are refused, and the optimizer and generator states
+// a checkpoint carries.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "hpctrain/ckpt/checkpoint.h"
+#include "hpctrain/config/parser.h"
+#include "hpctrain/core/error.h"
+#include "hpctrain/core/system.h"
+#include "hpctrain/train/lr_schedule.h"
+#include "hpctrain/train/optimizer.h"
+#include "hpctrain/train/resume_policy.h"
+#include "hpctrain/train/train_state.h"
+
+namespace hpctrain::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(LrSchedule, WarmupThenConstantOrCosine) {
+  config::OptimConfig o;
+  o.lr = 0.1;
+  o.warmup_steps = 4;
+  o.schedule = "constant";
+  EXPECT_DOUBLE_EQ(lr_at(o, 0, 100), 0.025);
+  EXPECT_DOUBLE_EQ(lr_at(o, 3, 100), 0.1);
+  EXPECT_DOUBLE_EQ(lr_at(o, 50, 100), 0.1);
+  o.schedule = "cosine";
+  EXPECT_DOUBLE_EQ(lr_at(o, 1, 104), 0.05);
+  EXPECT_DOUBLE_EQ(lr_at(o, 4, 104), 0.1);                      // decay starts at the peak
+  EXPECT_NEAR(lr_at(o, 54, 104), 0.05, 1e-12);                   // halfway
+  EXPECT_NEAR(lr_at(o, 104, 104), 0.0, 1e-12);                   // the last step
+  EXPECT_NEAR(lr_at(o, 200, 104), 0.0, 1e-12);                   // past it: stays at 0
+  EXPECT_NEAR(lr_at(o, 29, 104), 0.05 * (1 + std::cos(M_PI * 0.25)), 1e-12);
+}
+
+class ResumePolicy : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() / ("hpctrain_resume_" + std::to_string(::getpid()))).string();
+  }
+  void TearDown() override { hpctrain::sys::remove_tree(dir_); }
+  std::string write(std::int64_t step) {
+    ckpt::Checkpoint c;
+    c.meta.step = step;
+    c.groups["model"] = {{"w", torch::randn({64, 64})}};
+    return ckpt::write_checkpoint(dir_, c);
+  }
+  static void corrupt(const std::string& path) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(path) / 2));
+    f.write("\xff\xfe\xfd\xfc", 4);
+  }
+  std::string dir_;
+};
+
+TEST_F(ResumePolicy, AutoTakesLatestFallsBackPastCorruptOnesAndStartsFreshOnlyWithoutAny) {
+  EXPECT_EQ(choose_checkpoint("auto", dir_), "") << "no directory yet: fresh";
+  const std::string first = write(10);
+  const std::string second = write(20);
+  EXPECT_EQ(choose_checkpoint("auto", dir_), second);
+  EXPECT_EQ(choose_checkpoint("none", dir_), "");
+  EXPECT_EQ(choose_checkpoint(first, dir_), first);
+  corrupt(second);
+  EXPECT_EQ(choose_checkpoint("auto", dir_), first) << "the corrupt newest is skipped";
+  EXPECT_THROW(choose_checkpoint(second, dir_), CheckpointError) << "a named bad file is an error";
+  fs::resize_file(first, fs::file_size(first) / 3);  // truncated
+  EXPECT_THROW(choose_checkpoint("auto", dir_), CheckpointError) << "checkpoints exist, none verifies";
+  EXPECT_THROW(choose_checkpoint(dir_ + "/ckpt-99.h5", dir_), CheckpointError);
+}
+
+TEST(ResumeConfig, OnlyOptionsThatChangeTheComputationAreReported) {
+  config::Config base = config::resolve("", {{"data.path", "/data"}});
+  config::Config lengthened = config::resolve(
+      "", {{"data.path", "/data"}, {"train.epochs", "9"}, {"log.every_steps", "7"}, {"ckpt.every_steps", "5"},
+           {"run.dir", "elsewhere"}, {"data.loader_threads", "2"}});
+  EXPECT_EQ(resume_config_changes(config::to_ini(base), config::to_ini(lengthened)), "");
+  config::Config changed = config::resolve("", {{"data.path", "/data"}, {"optim.lr", "0.5"}, {"train.seed", "7"}});
+  const std::string changes = resume_config_changes(config::to_ini(base), config::to_ini(changed));
+  EXPECT_NE(changes.find("optim.lr 0.002 -> 0.5"), std::string::npos) << changes;
+  EXPECT_NE(changes.find("train.seed 42 -> 7"), std::string::npos) << changes;
+}
+
+// k AdamW steps, the state saved and loaded into a fresh optimizer, then one more step on each:
+// the parameters must agree to the bit.
+TEST(TrainState, OptimizerStateRoundTripsForAdamWAndSgd) {
+  for (const char* name : {"adamw", "sgd"}) {
+    config::OptimConfig o;
+    o.name = name;
+    o.lr = 0.01;
+    o.weight_decay = 0.01;
+    o.momentum = 0.9;
+    o.beta1 = 0.9;
+    o.beta2 = 0.999;
+    o.eps = 1e-8;
+    torch::manual_seed(1);
+    const at::Tensor w = torch::randn({3, 4}).set_requires_grad(true);
+    const at::Tensor b = torch::randn({4}).set_requires_grad(true);
+    const std::vector<std::string> names{"w", "b"};
+    auto optimizer = make_optimizer(o, {w, b});
+    const auto step = [&](torch::optim::Optimizer& opt, const at::Tensor& x, const at::Tensor& y) {
+      opt.zero_grad();
+      (x.matmul(w) + b).sub(y).square().sum().backward();
+      opt.step();
+    };
+    const at::Tensor x = torch::randn({5, 3});
+    const at::Tensor y = torch::randn({5, 4});
+    EXPECT_TRUE(optimizer_state(*optimizer, names).empty()) << "no state before the first step";
+    for (int k = 0; k < 3; ++k) step(*optimizer, x, y);
+    ckpt::NamedTensors saved = optimizer_state(*optimizer, names);
+    for (auto& entry : saved) entry.second = entry.second.clone();  // the live state moves on
+    EXPECT_EQ(saved.size(), std::string(name) == "adamw" ? 6u : 2u) << name;
+
+    const at::Tensor w_copy = w.detach().clone();
+    const at::Tensor b_copy = b.detach().clone();
+    step(*optimizer, x, y);
+    const at::Tensor w_expected = w.detach().clone();
+    {
+      torch::NoGradGuard no_grad;
+      w.copy_(w_copy);
+      b.copy_(b_copy);
+    }
+    auto restored = make_optimizer(o, {w, b});
+    load_optimizer_state(*restored, names, saved);
+    step(*restored, x, y);
+    EXPECT_TRUE(torch::equal(w.detach(), w_expected)) << name;
+  }
+  config::OptimConfig o;
+  o.name = "sgd";
+  o.lr = 0.1;
+  const at::Tensor p = torch::zeros({2}).set_requires_grad(true);
+  auto sgd = make_optimizer(o, {p});
+  EXPECT_THROW(load_optimizer_state(*sgd, {"p"}, {{"q/momentum_buffer", torch::zeros({2})}}), CheckpointError);
+  EXPECT_THROW(load_optimizer_state(*sgd, {"p"}, {{"p/momentum_buffer", torch::zeros({3})}}), CheckpointError);
+}
+
+TEST(TrainState, GeneratorStateRoundTrips) {
+  const c10::Device cpu(c10::kCPU);
+  torch::manual_seed(5);
+  torch::rand({10});
+  const ckpt::NamedTensors state = rng_state(cpu);
+  ASSERT_EQ(state.size(), 1u);
+  const at::Tensor expected = torch::rand({10});
+  torch::manual_seed(99);
+  restore_rng_state(cpu, state);
+  EXPECT_TRUE(torch::equal(torch::rand({10}), expected));
+}
+
+}  // namespace
+}  // namespace hpctrain::train
