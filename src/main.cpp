@@ -24,10 +24,11 @@ int dispatch(int argc, char** argv) {
   if (command == "eval") return hpctrain::cli::run_eval(rest);
   if (command == "prepare") return hpctrain::cli::run_prepare(rest);
   if (command == "data") return hpctrain::cli::run_data(rest);
+  if (command == "ckpt") return hpctrain::cli::run_ckpt(rest);
   if (command == "bench") return hpctrain::cli::run_bench(rest);
   if (command == "docs") return hpctrain::cli::run_docs(rest);
   throw hpctrain::ConfigError("unknown command '" + command +
-                              "' (commands: train, eval, prepare, data, bench, docs; see hpctrain --help)");
+                              "' (commands: train, eval, prepare, data, ckpt, bench, docs; see hpctrain --help)");
 }
 
 }  // namespace

@@ -127,7 +127,7 @@ record "bench step fashion_cnn cuda" "$status" "$seconds" \
   "$(awk '/forward\+backward|overlap on/ {printf "%s ", $0}' "$out/bench_step.log" | tr -s ' ')"
 
 data="$out/fashion-mnist"
-rm -rf "$data"
+rm -rf "$data" "$out"/run-*  # a run directory left from an earlier call would be resumed
 run_step prepare 60 "$bin" prepare fashion-mnist --source "$fmnist" --out "$data"
 record "prepare fashion-mnist" "$status" "$seconds" ""
 
@@ -149,6 +149,19 @@ if [ "$status" = PASS ] && ! python3 -c "import sys; sys.exit(0 if float('${acc:
 fi
 record "train fashion_cnn gpu+nccl" "$status" "$seconds" \
   "3 epochs, test_acc $acc, $(rate "$out/run-gpu/metrics.jsonl") samples/s (epochs 2-3)"
+
+# The trained model taken to PyTorch: exported as a state_dict, loaded strictly into the same
+# network written in PyTorch, evaluated on the test set: the accuracy must match hpctrain's.
+latest_ckpt="$out/run-gpu/checkpoints/$(cat "$out/run-gpu/checkpoints/latest" 2>/dev/null)"
+run_step export 60 "$bin" ckpt export "$latest_ckpt" --to state_dict --out "$out/model.pt"
+run_step load_state_dict 60 python3 jobs/bench/load_state_dict.py --state-dict "$out/model.pt" \
+  --source "$fmnist" --manifest "$data/manifest.json"
+torch_acc=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["test_acc"])' \
+  "$out/load_state_dict.log" 2>/dev/null)
+if [ "$status" = PASS ] && ! python3 -c "import sys; sys.exit(0 if abs(float('${torch_acc:-0}') - float('${acc:-1}')) < 2e-3 else 1)"; then
+  status=FAIL
+fi
+record "state_dict in pytorch" "$status" "$seconds" "test_acc $torch_acc in PyTorch, $acc in hpctrain"
 
 # CUDA tensors over the MPI backend (staged through host memory), with synchronized BatchNorm and
 # two loader threads: it must run and keep the replicas identical.

@@ -243,4 +243,15 @@ void prune_checkpoints(const std::string& dir, std::int64_t keep) {
   }
 }
 
+int remove_unfinished_writes(const std::string& dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().filename().string().find(".tmp-") == std::string::npos) continue;
+    std::error_code ignored;
+    if (fs::remove(entry.path(), ignored)) ++removed;
+  }
+  return removed;
+}
+
 }  // namespace hpctrain::ckpt

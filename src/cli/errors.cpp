@@ -18,9 +18,12 @@ void exit_with_error(const std::string& message, int exit_code) {
   if (comm::Bootstrap::launcher_rank() == 0) {
     std::fprintf(stderr, "hpctrain: error: %s\n", message.c_str());
   }
-  std::fflush(stderr);
+  log::shutdown();
   comm::Bootstrap::finalize_if_running();
-  std::exit(exit_code);
+  // _Exit, not exit: HDF5's exit handler would close files that the error left half-written (a
+  // checkpoint on a full disk) and can crash doing so, turning a clean exit code into a signal.
+  std::fflush(nullptr);
+  std::_Exit(exit_code);
 }
 
 }  // namespace hpctrain::cli

@@ -26,6 +26,7 @@ std::string usage() {
          "  eval      evaluate a checkpoint on the eval split (--checkpoint FILE --config FILE)\n"
          "  prepare   import a dataset into hpctrain's HDF5 format (hpctrain prepare --help)\n"
          "  data      inspect or verify a dataset; list the samples a rank trains on\n"
+         "  ckpt      inspect, verify or export a checkpoint (hpctrain ckpt --help)\n"
          "  bench     measure a part on its own (hpctrain bench data --help)\n"
          "  docs      print generated documentation (hpctrain docs options)\n\n"
          "options:\n"

@@ -293,6 +293,10 @@ std::vector<Option> build_table() {
           "Write a checkpoint (model, optimizer, schedule, RNG, sampler position) every this "
           "many optimizer steps; 0 writes one only at the end and on a stop signal.",
           at_least<I>(0)),
+      row("ckpt.every_minutes", &C::ckpt, &CkptConfig::every_minutes, "0",
+          "Also write a checkpoint at the first step boundary this many minutes after the last "
+          "one (rank 0's clock decides for all); 0 never by time.",
+          at_least(0.0)),
       row("ckpt.keep_last", &C::ckpt, &CkptConfig::keep_last, "3",
           "Checkpoints kept in checkpoints/; older ones are deleted once a new one is in place. "
           "0 keeps all.",

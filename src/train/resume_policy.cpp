@@ -24,6 +24,9 @@ bool free_to_change(const std::string& key) {
 }  // namespace
 
 std::string choose_checkpoint(const std::string& how, const std::string& dir) {
+  if (const int removed = ckpt::remove_unfinished_writes(dir); removed > 0) {
+    log::warn("removed {} unfinished checkpoint write(s) in {} (a writer was killed)", removed, dir);
+  }
   if (how == "none") return "";
   if (how != "auto") {
     ckpt::CheckpointReader(how).verify();  // a bad file named by the user is an error

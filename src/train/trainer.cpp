@@ -103,6 +103,7 @@ struct Trainer::State {
   std::optional<double> best_test_acc;
   std::string last_checkpoint;
   bool stopped = false;  // the ranks agreed to stop on a signal
+  Timer since_checkpoint;  // for ckpt.every_minutes (rank 0's decides)
 
   State(TrainingSetup s, comm::Bootstrap& b, RunDirectory dir)
       : setup(std::move(s)), bootstrap(b), run_dir(std::move(dir)),
@@ -170,18 +171,29 @@ struct Trainer::State {
     return config().train.max_steps > 0 && step >= config().train.max_steps;
   }
 
-  // Every rank's first signal flag, summed on the control plane: at a step boundary no collective
-  // of the communicator is in flight, so the MPI calls of Bootstrap are safe here.
-  bool stop_agreed() {
-    if (config().ckpt.signals.empty()) return false;
-    float flag = sys::stop_signal() != 0 ? 1.0f : 0.0f;
-    if (bootstrap.world_size() > 1) bootstrap.allreduce_sum(&flag, 1);
-    if (flag > 0 && bootstrap.world_rank() == 0) {
+  // Note [Step boundary]: whether to stop (a signal reached any rank) and whether a timed
+  // checkpoint is due (rank 0's clock decides), agreed by all ranks in one allreduce of two flags
+  // on the control plane. At a step boundary no collective of the communicator is in flight, so
+  // Bootstrap's MPI calls are safe here.
+  struct Boundary {
+    bool stop = false;
+    bool checkpoint_due = false;
+  };
+  Boundary at_step_boundary() {
+    const double every_minutes = config().ckpt.every_minutes;
+    if (config().ckpt.signals.empty() && every_minutes <= 0) return {};
+    float flags[2] = {sys::stop_signal() != 0 ? 1.0f : 0.0f,
+                      bootstrap.world_rank() == 0 && every_minutes > 0 &&
+                              since_checkpoint.elapsed_s() >= every_minutes * 60
+                          ? 1.0f
+                          : 0.0f};
+    if (bootstrap.world_size() > 1) bootstrap.allreduce_sum(flags, 2);
+    if (flags[0] > 0 && bootstrap.world_rank() == 0) {
       log::warn("stop requested ({} on {} rank(s)); writing a checkpoint at step {}",
                 sys::stop_signal() != 0 ? sys::signal_name(sys::stop_signal()) : "a signal",
-                static_cast<int>(flag), step);
+                static_cast<int>(flags[0]), step);
     }
-    return flag > 0;
+    return {flags[0] > 0, flags[1] > 0};
   }
 
   void apply_schedule() {
@@ -296,13 +308,14 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
                                                                    loss_sum, real_samples, interval);
     epoch_now = epoch;
     cursor_now = plans[static_cast<size_t>(first + count - 1)].next_cursor;
-    if (stop_agreed()) {
+    const Boundary boundary = at_step_boundary();
+    if (boundary.stop) {
       stopped = true;
       save_checkpoint();
       return;
     }
     const std::int64_t every = config().ckpt.every_steps;
-    if (every > 0 && step % every == 0) save_checkpoint();
+    if (boundary.checkpoint_due || (every > 0 && step % every == 0)) save_checkpoint();
   }
 }
 
@@ -378,6 +391,7 @@ std::string Trainer::State::save_checkpoint() {
   }
   comm->barrier();  // no rank leaves before the checkpoint is on disk
   last_checkpoint = path;
+  since_checkpoint.reset();
   return path;
 }
 

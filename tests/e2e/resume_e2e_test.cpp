@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <filesystem>
 #include <fstream>
@@ -76,6 +77,28 @@ TEST_F(ResumeEndToEnd, StoppedMidEpochAndResumedEqualsUninterruptedToTheBit) {
   EXPECT_EQ(ckpt::CheckpointReader(b).meta().epoch, 1);
   EXPECT_EQ(ckpt::CheckpointReader(b).meta().cursor, 11 * 64);  // 30 = 19 + 11
 
+  // ckpt inspect, verify and export on the result.
+  const ProcessResult inspect = run_command(kBin + " ckpt inspect " + b);
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_NE(inspect.out.find("step 30, epoch 2 (0-based 1), sampler cursor 704"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("conv1.weight/exp_avg"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("rank-1/cpu"), std::string::npos) << inspect.out;
+  const ProcessResult verify = run_command(kBin + " ckpt verify " + b);
+  EXPECT_EQ(verify.exit_code, 0) << verify.err;
+  EXPECT_NE(verify.out.find(" OK, "), std::string::npos) << verify.out;
+  const std::string exported = work_ + "/model.pt";
+  const ProcessResult exporting = run_command(kBin + " ckpt export " + b + " --to state_dict --out " + exported);
+  ASSERT_EQ(exporting.exit_code, 0) << exporting.err;
+  const std::string bytes = read_file(exported);
+  const c10::Dict<c10::IValue, c10::IValue> state =
+      torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
+  const ckpt::NamedTensors model = group(b, "model");
+  ASSERT_EQ(state.size(), model.size());
+  for (const auto& [name, tensor] : model) EXPECT_TRUE(at::equal(state.at(name).toTensor(), tensor)) << name;
+  const ProcessResult wrong = run_command(kBin + " ckpt export " + b + " --to onnx --out " + exported);
+  EXPECT_EQ(wrong.exit_code, 2);
+  EXPECT_EQ(count_lines_with(wrong.err, "hpctrain: error:"), 1) << wrong.err;
+
   // Resuming with another learning rate is refused, names the change, and leaves config.ini alone.
   const std::string config_before = read_file(work_ + "/split/config.ini");
   const ProcessResult changed = run_command(train(1, "split", "--train.max_steps=31 --optim.lr=0.01"));
@@ -113,11 +136,67 @@ TEST_F(ResumeEndToEnd, SigusrOneCheckpointsExitsSeventyFiveAndTheRunResumes) {
   const std::int64_t step = ckpt::CheckpointReader(latest).meta().step;
   EXPECT_GE(step, 2);
 
-  const ProcessResult resumed =
-      run_command(train(2, "signal", "--train.epochs=100 --train.max_steps=" + std::to_string(step + 3)));
+  // Resumed with a timed checkpoint due at every step boundary (0.00001 minutes).
+  const ProcessResult resumed = run_command(train(
+      2, "signal", "--train.epochs=100 --ckpt.every_minutes=0.00001 --train.max_steps=" + std::to_string(step + 3)));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  for (std::int64_t s = step + 1; s <= step + 3; ++s) {
+    EXPECT_TRUE(fs::exists(dir + "/checkpoints/ckpt-" + std::to_string(s) + ".h5")) << s << resumed.err;
+  }
   EXPECT_EQ(count_lines_with(resumed.err, "resumed from " + latest + ": step " + std::to_string(step)), 1)
       << resumed.err;
+}
+
+// Writers killed at arbitrary moments (a checkpoint every step, so many kills land inside a write
+// or around its rename): `latest` always names a complete checkpoint, and a resume continues.
+TEST_F(ResumeEndToEnd, AWriterKilledAtAnyMomentLeavesAResumableDirectory) {
+  const std::string dir = work_ + "/killed";
+  for (const char* delay : {"1.5", "2.1", "2.7"}) {
+    // SIGKILL the rank itself (its command line starts with the binary), as a node failure would.
+    const ProcessResult killed = run_command(
+        "(" + train(1, "killed", "--train.epochs=100 --ckpt.every_steps=1 --ckpt.keep_last=2") +
+        ") > /dev/null 2>&1 & pid=$!; sleep " + delay + "; pkill -KILL -f '^" + kBin + " train .*run.dir=" + dir +
+        " '; wait $pid; true");
+    const std::string latest = ckpt::latest_checkpoint(dir + "/checkpoints");
+    if (latest.empty()) continue;  // killed before the first checkpoint
+    const ProcessResult verify = run_command(kBin + " ckpt verify " + latest);
+    EXPECT_EQ(verify.exit_code, 0) << "after a kill at " << delay << " s: " << verify.out << verify.err;
+  }
+  const std::string latest = ckpt::latest_checkpoint(dir + "/checkpoints");
+  ASSERT_FALSE(latest.empty()) << "no kill came after the first checkpoint";
+  const std::int64_t step = ckpt::CheckpointReader(latest).meta().step;
+  const ProcessResult finish =
+      run_command(train(1, "killed", "--train.epochs=100 --train.max_steps=" + std::to_string(step + 2)));
+  ASSERT_EQ(finish.exit_code, 0) << finish.err;
+  EXPECT_EQ(count_lines_with(finish.err, "resumed from"), 1) << finish.err;
+  for (const auto& entry : fs::directory_iterator(dir + "/checkpoints")) {
+    EXPECT_EQ(entry.path().string().find(".tmp-"), std::string::npos) << "left behind: " << entry.path();
+  }
+}
+
+// A full disk (here a file-size limit) while writing: exit 4 with one clear line, and the earlier
+// checkpoint and `latest` untouched.
+TEST_F(ResumeEndToEnd, AFailedWriteLeavesTheEarlierCheckpointIntact) {
+  const ProcessResult first = run_command(train(1, "full", "--train.max_steps=3"));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const std::string latest = ckpt::latest_checkpoint(work_ + "/full/checkpoints");
+  ASSERT_FALSE(latest.empty());
+  // The rank (not mpirun) may write files of 2 MiB, well below a checkpoint's size; SIGXFSZ is
+  // ignored, so writes fail with EFBIG as on a full disk.
+  const std::string wrapper = work_ + "/small-files.sh";
+  std::ofstream(wrapper) << "#!/bin/sh\ntrap '' XFSZ\nulimit -f 2048\nexec " << kBin << " \"$@\"\n";
+  fs::permissions(wrapper, fs::perms::owner_all);
+  std::string command = train(1, "full", "--train.max_steps=5");
+  command.replace(command.find(kBin), kBin.size(), wrapper);
+  const ProcessResult full = run_command(command);
+  EXPECT_EQ(full.exit_code, 4) << full.err;
+  EXPECT_EQ(count_lines_with(full.err, "hpctrain: error:"), 1) << full.err;
+  EXPECT_NE(full.err.find("writing checkpoint"), std::string::npos) << full.err;
+  EXPECT_EQ(ckpt::latest_checkpoint(work_ + "/full/checkpoints"), latest);
+  EXPECT_EQ(run_command(kBin + " ckpt verify " + latest).exit_code, 0);
+  for (const auto& entry : fs::directory_iterator(work_ + "/full/checkpoints")) {
+    EXPECT_EQ(entry.path().string().find(".tmp-"), std::string::npos) << "left behind: " << entry.path();
+  }
 }
 
 }  // namespace

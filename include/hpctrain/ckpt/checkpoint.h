@@ -81,5 +81,7 @@ std::string latest_checkpoint(const std::string& dir);
 std::vector<std::string> list_checkpoints(const std::string& dir);
 // Deletes all but the `keep` newest checkpoints of `dir` (keep 0: none deleted).
 void prune_checkpoints(const std::string& dir, std::int64_t keep);
+// Deletes the temporary files of writes that never finished (a killed writer); returns how many.
+int remove_unfinished_writes(const std::string& dir);
 
 }  // namespace hpctrain::ckpt

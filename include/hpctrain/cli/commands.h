@@ -13,6 +13,7 @@ int run_train(const Args& args);
 int run_eval(const Args& args);
 int run_prepare(const Args& args);
 int run_data(const Args& args);
+int run_ckpt(const Args& args);
 int run_bench(const Args& args);
 int run_docs(const Args& args);
 

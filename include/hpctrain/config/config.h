@@ -68,6 +68,7 @@ struct DistConfig {
 struct CkptConfig {
   bool save_final = true;
   std::int64_t every_steps = 0;  // 0: no periodic checkpoints
+  double every_minutes = 0.0;    // 0: none by time
   std::int64_t keep_last = 0;    // checkpoints kept; 0: all
   std::string resume;            // auto | none | PATH
   bool allow_config_change = false;

@@ -10,7 +10,8 @@ namespace hpctrain::train {
 // consulted by each rank on its own). "none": "". A path: that file, which must verify. "auto":
 // the checkpoint `latest` names, else the newest; one that does not verify is reported and the one
 // before it tried; "" when `dir` holds none. Throws CheckpointError when checkpoints exist but none
-// verifies (starting fresh then would silently lose the run).
+// verifies (starting fresh then would silently lose the run). Removes the temporary files of
+// writes that never finished.
 std::string choose_checkpoint(const std::string& how, const std::string& dir);
 
 // The options that differ between a checkpoint's config and this run's, as
