@@ -59,6 +59,20 @@ void write_group(io::H5File& file, const std::string& group, const NamedTensors&
   }
 }
 
+// `<dir>/<pointer>` holds `name`, replaced atomically.
+void point_at(const std::string& dir, const std::string& pointer, const std::string& name) {
+  const fs::path temp = fs::path(dir) / (pointer + ".tmp-" + std::to_string(getpid()));
+  std::ofstream(temp) << name << "\n";
+  sys::publish_atomically(temp.string(), (fs::path(dir) / pointer).string());
+}
+
+std::string read_pointer(const std::string& dir, const std::string& pointer) {
+  std::ifstream in(fs::path(dir) / pointer);
+  std::string name;
+  if (!(in >> name)) return "";
+  return (fs::path(dir) / name).string();
+}
+
 // HDF5 failures come from io as Error with the checkpoint exit code; callers of this module get
 // them as CheckpointError.
 template <typename F>
@@ -96,9 +110,7 @@ std::string write_checkpoint(const std::string& dir, const Checkpoint& checkpoin
     file.close();
     sys::publish_atomically(temp.string(), target.string());
 
-    const fs::path latest_temp = fs::path(dir) / ("latest.tmp-" + std::to_string(getpid()));
-    std::ofstream(latest_temp) << name << "\n";
-    sys::publish_atomically(latest_temp.string(), (fs::path(dir) / "latest").string());
+    point_at(dir, "latest", name);
   } catch (const Error& e) {
     std::error_code ignored;
     fs::remove(temp, ignored);
@@ -212,12 +224,17 @@ CheckpointMeta read_checkpoint(const std::string& path, const NamedTensors& mode
   return reader.meta();
 }
 
-std::string latest_checkpoint(const std::string& dir) {
-  std::ifstream in(fs::path(dir) / "latest");
-  std::string name;
-  if (!(in >> name)) return "";
-  return (fs::path(dir) / name).string();
+std::string latest_checkpoint(const std::string& dir) { return read_pointer(dir, "latest"); }
+
+void mark_best(const std::string& dir, const std::string& path) {
+  try {
+    point_at(dir, "best", fs::path(path).filename().string());
+  } catch (const Error& e) {
+    throw CheckpointError(std::string("marking the best checkpoint in ") + dir + ": " + e.what());
+  }
 }
+
+std::string best_checkpoint(const std::string& dir) { return read_pointer(dir, "best"); }
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {
   static const std::regex pattern(R"(ckpt-(\d+)\.h5)");
@@ -237,7 +254,9 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 void prune_checkpoints(const std::string& dir, std::int64_t keep) {
   if (keep <= 0) return;
   const std::vector<std::string> all = list_checkpoints(dir);
+  const std::string best = best_checkpoint(dir);
   for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) {
+    if (all[i] == best) continue;
     std::error_code ignored;
     fs::remove(all[i], ignored);
   }

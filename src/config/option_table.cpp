@@ -301,6 +301,9 @@ std::vector<Option> build_table() {
           "Checkpoints kept in checkpoints/; older ones are deleted once a new one is in place. "
           "0 keeps all.",
           at_least<I>(0)),
+      row("ckpt.keep_best", &C::ckpt, &CkptConfig::keep_best, "false",
+          "After an evaluation with a new best test accuracy, write a checkpoint, name it in "
+          "checkpoints/best, and spare it from ckpt.keep_last's pruning."),
       row("ckpt.resume", &C::ckpt, &CkptConfig::resume, "auto",
           "auto: continue from the newest checkpoint in run.dir that verifies (falling back to "
           "the one before if it does not), or start fresh if there is none; none: start fresh; "

@@ -101,6 +101,7 @@ struct Trainer::State {
   std::int64_t epoch_now = 0;  // the position after the last step: what a checkpoint records
   std::int64_t cursor_now = 0;
   std::optional<double> best_test_acc;
+  bool improved = false;  // the last evaluation beat best_test_acc
   std::string last_checkpoint;
   bool stopped = false;  // the ranks agreed to stop on a signal
   Timer since_checkpoint;  // for ckpt.every_minutes (rank 0's decides)
@@ -207,8 +208,9 @@ struct Trainer::State {
   void log_progress(std::int64_t epoch, std::int64_t step_in_epoch, std::int64_t steps_per_epoch,
                     at::Tensor& loss_sum, double& real_samples, Timer& interval);
   std::optional<EvalResult> evaluate_epoch(std::int64_t epoch);
-  // Collective: a checkpoint of the current position (epoch_now, cursor_now).
-  std::string save_checkpoint();
+  // Collective: a checkpoint of the current position (epoch_now, cursor_now); `best`: also
+  // named by checkpoints/best (ckpt.keep_best), which pruning spares.
+  std::string save_checkpoint(bool best = false);
 };
 
 Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory run_dir)
@@ -346,11 +348,12 @@ std::optional<EvalResult> Trainer::State::evaluate_epoch(std::int64_t epoch) {
             config().data.eval_split, result.samples, result.loss, result.accuracy);
   metrics.write({{"epoch", epoch + 1}, {"step", step}, {"test_loss", result.loss},
                  {"test_acc", result.accuracy}});
-  if (!best_test_acc || result.accuracy > *best_test_acc) best_test_acc = result.accuracy;
+  improved = !best_test_acc || result.accuracy > *best_test_acc;
+  if (improved) best_test_acc = result.accuracy;
   return result;
 }
 
-std::string Trainer::State::save_checkpoint() {
+std::string Trainer::State::save_checkpoint(bool best) {
   sync_buffers();
   // Every rank's generators, gathered on the control plane (no collective is in flight here).
   ckpt::NamedTensors generators;
@@ -384,6 +387,7 @@ std::string Trainer::State::save_checkpoint() {
     const Timer timer;
     path = ckpt::write_checkpoint(run_dir.checkpoints_dir(), checkpoint);
     const double seconds = timer.elapsed_s();
+    if (best) ckpt::mark_best(run_dir.checkpoints_dir(), path);
     ckpt::prune_checkpoints(run_dir.checkpoints_dir(), config().ckpt.keep_last);
     const double megabytes = static_cast<double>(std::filesystem::file_size(path)) / 1e6;
     log::info("checkpoint {} written in {:.2f} s ({:.1f} MB, {:.0f} MB/s; training waited for it)", path,
@@ -489,6 +493,7 @@ TrainSummary Trainer::run() {
       s.epoch_now = epoch + 1;
       s.cursor_now = 0;
     }
+    if (s.config().ckpt.keep_best && summary.last_eval && s.improved) s.save_checkpoint(/*best=*/true);
   }
   summary.steps = s.step;
   summary.stopped = s.stopped;

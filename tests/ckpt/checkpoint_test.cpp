@@ -133,7 +133,7 @@ TEST_F(CheckpointTest, EveryGroupRoundTripsWithNestedNamesAndDtypes) {
   EXPECT_EQ(reader.verify(), 3 + 2 + 2 + 1);
 }
 
-TEST_F(CheckpointTest, NewestFirstAndPruningKeepsTheNewest) {
+TEST_F(CheckpointTest, NewestFirstAndPruningKeepsTheNewestAndTheBest) {
   for (const std::int64_t step : {5, 40, 100, 7}) {
     CheckpointMeta meta;
     meta.step = step;
@@ -143,10 +143,13 @@ TEST_F(CheckpointTest, NewestFirstAndPruningKeepsTheNewest) {
   std::vector<std::string> names;
   for (const auto& path : list_checkpoints(dir_)) names.push_back(fs::path(path).filename().string());
   EXPECT_EQ(names, (std::vector<std::string>{"ckpt-100.h5", "ckpt-40.h5", "ckpt-7.h5", "ckpt-5.h5"}));
+  mark_best(dir_, dir_ + "/ckpt-5.h5");
+  EXPECT_EQ(best_checkpoint(dir_), dir_ + "/ckpt-5.h5");
   prune_checkpoints(dir_, 2);
-  EXPECT_EQ(list_checkpoints(dir_).size(), 2u);
+  EXPECT_EQ(list_checkpoints(dir_).size(), 3u);
   EXPECT_TRUE(fs::exists(dir_ + "/ckpt-100.h5"));
   EXPECT_TRUE(fs::exists(dir_ + "/ckpt-40.h5"));
+  EXPECT_TRUE(fs::exists(dir_ + "/ckpt-5.h5")) << "the best is spared";
 }
 
 TEST_F(CheckpointTest, FlippedBytesFailVerificationAndOtherFilesAreRefused) {

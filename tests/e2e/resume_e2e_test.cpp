@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "process.h"
 #include "hpctrain/ckpt/checkpoint.h"
@@ -117,8 +118,42 @@ TEST_F(ResumeEndToEnd, AnotherRankCountContinuesTheEpochFromItsCursor) {
   // 1200 - 704 samples left in epoch 1, 96 a step: 6 steps, 12 to 17.
   EXPECT_EQ(count_lines_with(second.err, "epoch 1 step 12 (1/6)"), 1) << second.err;
   EXPECT_EQ(count_lines_with(second.err, "epoch 1 step 17 (6/6)"), 1) << second.err;
+  // What `data order` says the two runs trained on in epoch 1: 352 samples on each of 2 ranks up
+  // to cursor 704, then the rest on 3 ranks; together, every sample once.
+  std::vector<int> seen(1200, 0);
+  const auto count = [&](int world, int rank, const std::string& extra) {
+    const ProcessResult r = run_command(kBin + " data order --data " + data_ + " --epoch 1 --batch-size 32 --world-size " +
+                                        std::to_string(world) + " --rank " + std::to_string(rank) + extra);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::istringstream in(r.out);
+    for (std::int64_t index = 0; in >> index;) ++seen.at(static_cast<size_t>(index));
+  };
+  for (int rank = 0; rank < 2; ++rank) count(2, rank, " --limit 352");
+  for (int rank = 0; rank < 3; ++rank) count(3, rank, " --from-cursor 704");
+  for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "sample " << i;
 }
 
+// ckpt.keep_best: the checkpoint of the best evaluation survives keep_last=1 and is named in `best`.
+TEST_F(ResumeEndToEnd, KeepBestSparesTheBestEvaluationsCheckpoint) {
+  const ProcessResult r = run_command(train(2, "best", "--data.eval_split=test --train.epochs=3 "
+                                                       "--ckpt.keep_last=1 --ckpt.keep_best=true"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string best = ckpt::best_checkpoint(work_ + "/best/checkpoints");
+  ASSERT_FALSE(best.empty()) << r.err;
+  ASSERT_TRUE(fs::exists(best));
+  double top = 0;
+  std::istringstream metrics(read_file(work_ + "/best/metrics.jsonl"));
+  for (std::string line; std::getline(metrics, line);) {
+    const auto at = line.find("\"test_acc\":");
+    if (at != std::string::npos) top = std::max(top, std::stod(line.substr(at + 11)));
+  }
+  const ckpt::NamedTensors stored = group(best, "metrics");
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_NEAR(stored[0].second.item<double>(), top, 1e-12);
+  EXPECT_EQ(ckpt::list_checkpoints(work_ + "/best/checkpoints").size(), best == ckpt::latest_checkpoint(work_ + "/best/checkpoints") ? 1u : 2u);
+}
+
+// Two signals, the second while the first is being handled, change nothing.
 TEST_F(ResumeEndToEnd, SigusrOneCheckpointsExitsSeventyFiveAndTheRunResumes) {
   const std::string dir = work_ + "/signal";
   fs::create_directories(dir);
@@ -126,13 +161,15 @@ TEST_F(ResumeEndToEnd, SigusrOneCheckpointsExitsSeventyFiveAndTheRunResumes) {
   const ProcessResult stopped = run_command(
       "(" + train(2, "signal", "--train.epochs=100 --log.every_steps=2") + ") > " + dir +
       "/out.log 2>&1 & pid=$!; for i in $(seq 1 600); do [ -s " + dir +
-      "/metrics.jsonl ] && break; sleep 0.1; done; kill -USR1 $pid; wait $pid; echo \"exit=$?\"");
+      "/metrics.jsonl ] && break; sleep 0.1; done; kill -USR1 $pid; sleep 0.3; kill -USR1 $pid; wait $pid;"
+      " echo \"exit=$?\"");
   const std::string log = read_file(dir + "/out.log");
   EXPECT_NE(stopped.out.find("exit=75"), std::string::npos) << stopped.out << log;
   EXPECT_EQ(count_lines_with(log, "stop requested (SIGUSR1"), 1) << log;
   EXPECT_EQ(count_lines_with(log, "rerun the same command to resume (exit code 75)"), 1) << log;
   const std::string latest = ckpt::latest_checkpoint(dir + "/checkpoints");
   ASSERT_FALSE(latest.empty()) << log;
+  EXPECT_EQ(run_command(kBin + " ckpt verify " + latest).exit_code, 0);
   const std::int64_t step = ckpt::CheckpointReader(latest).meta().step;
   EXPECT_GE(step, 2);
 

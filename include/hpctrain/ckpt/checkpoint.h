@@ -77,9 +77,13 @@ CheckpointMeta read_checkpoint(const std::string& path, const NamedTensors& mode
 
 // The file `<dir>/latest` points at, or "" when there is none.
 std::string latest_checkpoint(const std::string& dir);
+// Points `<dir>/best` at `path` (atomically, like `latest`); best_checkpoint reads it ("" if none).
+void mark_best(const std::string& dir, const std::string& path);
+std::string best_checkpoint(const std::string& dir);
 // Every `ckpt-<step>.h5` in `dir`, highest step first.
 std::vector<std::string> list_checkpoints(const std::string& dir);
-// Deletes all but the `keep` newest checkpoints of `dir` (keep 0: none deleted).
+// Deletes all but the `keep` newest checkpoints of `dir` (keep 0: none deleted) and the one
+// `best` names.
 void prune_checkpoints(const std::string& dir, std::int64_t keep);
 // Deletes the temporary files of writes that never finished (a killed writer); returns how many.
 int remove_unfinished_writes(const std::string& dir);

@@ -70,6 +70,7 @@ struct CkptConfig {
   std::int64_t every_steps = 0;  // 0: no periodic checkpoints
   double every_minutes = 0.0;    // 0: none by time
   std::int64_t keep_last = 0;    // checkpoints kept; 0: all
+  bool keep_best = false;        // checkpoint each new best evaluation and never prune it
   std::string resume;            // auto | none | PATH
   bool allow_config_change = false;
   std::string signals;  // comma-separated signal names that stop the run with a checkpoint
