@@ -8,12 +8,13 @@ that checkpoint. This is also the recipe for taking a trained model to Python (d
 usage: load_state_dict.py --state-dict model.pt --source DIR_WITH_IDX_GZ --manifest DATASET/manifest.json
 """
 import argparse
-import gzip
 import json
 
 import numpy as np
 import torch
 from torch import nn
+
+from torch_reference import read_idx  # the IDX reader, from the script beside this one
 
 
 class FashionCnn(nn.Module):
@@ -33,14 +34,6 @@ class FashionCnn(nn.Module):
         x = torch.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2)
         x = torch.max_pool2d(torch.relu(self.bn2(self.conv2(x))), 2)
         return self.fc2(self.dropout(torch.relu(self.fc1(x.flatten(1)))))
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
 def main():

@@ -316,6 +316,10 @@ std::vector<Option> build_table() {
           "Signals that stop training at the next step boundary with a checkpoint and exit code "
           "75 (resumable); empty leaves the signals' default actions.",
           signal_list()),
+      row("ckpt.check_every_steps", &C::ckpt, &CkptConfig::check_every_steps, "1",
+          "Optimizer steps between the ranks' agreements on stop signals and ckpt.every_minutes "
+          "(one allreduce of two numbers over MPI each time); raise it when steps are very short.",
+          at_least<I>(1)),
 
       row("log.every_steps", &C::log, &LogConfig::every_steps, "50",
           "Progress line and metrics.jsonl record every this many steps.", at_least<I>(1)),

@@ -102,7 +102,10 @@ struct Trainer::State {
   std::int64_t cursor_now = 0;
   std::optional<double> best_test_acc;
   bool improved = false;  // the last evaluation beat best_test_acc
-  std::string last_checkpoint;
+  std::string last_checkpoint;  // and the position it holds
+  std::int64_t written_step = -1;
+  std::int64_t written_epoch = -1;
+  std::int64_t written_cursor = -1;
   bool stopped = false;  // the ranks agreed to stop on a signal
   Timer since_checkpoint;  // for ckpt.every_minutes (rank 0's decides)
 
@@ -183,6 +186,7 @@ struct Trainer::State {
   Boundary at_step_boundary() {
     const double every_minutes = config().ckpt.every_minutes;
     if (config().ckpt.signals.empty() && every_minutes <= 0) return {};
+    if (step % config().ckpt.check_every_steps != 0) return {};
     float flags[2] = {sys::stop_signal() != 0 ? 1.0f : 0.0f,
                       bootstrap.world_rank() == 0 && every_minutes > 0 &&
                               since_checkpoint.elapsed_s() >= every_minutes * 60
@@ -393,8 +397,13 @@ std::string Trainer::State::save_checkpoint(bool best) {
     log::info("checkpoint {} written in {:.2f} s ({:.1f} MB, {:.0f} MB/s; training waited for it)", path,
               seconds, megabytes, megabytes / std::max(seconds, 1e-9));
   }
-  comm->barrier();  // no rank leaves before the checkpoint is on disk
+  // No rank leaves before the checkpoint is on disk. The control plane's barrier has no timeout:
+  // a large write may take longer than dist.timeout_s, and a rank that dies ends the job anyway.
+  bootstrap.barrier();
   last_checkpoint = path;
+  written_step = step;
+  written_epoch = epoch_now;
+  written_cursor = cursor_now;
   since_checkpoint.reset();
   return path;
 }
@@ -501,7 +510,11 @@ TrainSummary Trainer::run() {
     summary.checkpoint = s.last_checkpoint;
     return summary;
   }
-  if (s.config().ckpt.save_final) summary.checkpoint = s.save_checkpoint();
+  if (s.config().ckpt.save_final) {
+    // A periodic checkpoint of this very position may have been written a moment ago.
+    const bool written = s.written_step == s.step && s.written_epoch == s.epoch_now && s.written_cursor == s.cursor_now;
+    summary.checkpoint = written ? s.last_checkpoint : s.save_checkpoint();
+  }
   return summary;
 }
 

@@ -57,6 +57,19 @@ at::Tensor flat_parameters(model::Model& net) {
   return torch::cat(parts);
 }
 
+// The single-process reference: kSteps steps, each on `global` consecutive samples.
+void train_on_whole_batches(model::Model& net, const std::string& optimizer_name, const at::Tensor& inputs,
+                            const at::Tensor& targets, std::int64_t global) {
+  auto optimizer = make_optimizer(optimizer_name, net);
+  for (int step = 0; step < kSteps; ++step) {
+    optimizer->zero_grad();
+    torch::nn::functional::cross_entropy(net.forward(inputs.narrow(0, step * global, global)),
+                                         targets.narrow(0, step * global, global))
+        .backward();
+    optimizer->step();
+  }
+}
+
 class BucketedEquivalence : public ::testing::TestWithParam<Case> {};
 
 TEST_P(BucketedEquivalence, RanksTimesMicroBatchesEqualOneProcessOnTheWholeBatch) {
@@ -92,14 +105,7 @@ TEST_P(BucketedEquivalence, RanksTimesMicroBatchesEqualOneProcessOnTheWholeBatch
   const at::Tensor distributed = flat_parameters(*net);
 
   auto reference = make_mlp();
-  auto reference_optimizer = make_optimizer(c.optimizer, *reference);
-  for (int step = 0; step < kSteps; ++step) {
-    reference_optimizer->zero_grad();
-    torch::nn::functional::cross_entropy(reference->forward(inputs.narrow(0, step * global, global)),
-                                         targets.narrow(0, step * global, global))
-        .backward();
-    reference_optimizer->step();
-  }
+  train_on_whole_batches(*reference, c.optimizer, inputs, targets, global);
   const at::Tensor expected = flat_parameters(*reference);
   const at::Tensor initial = flat_parameters(*make_mlp());
 
@@ -171,15 +177,8 @@ TEST(SyncBatchNorm, RanksEqualOneProcessWithBatchNormOnTheWholeBatch) {
   }
 
   auto reference = make_cnn();
-  auto reference_optimizer = make_optimizer("sgd", *reference);
   reference->module().train();
-  for (int step = 0; step < kSteps; ++step) {
-    reference_optimizer->zero_grad();
-    torch::nn::functional::cross_entropy(reference->forward(inputs.narrow(0, step * global, global)),
-                                         targets.narrow(0, step * global, global))
-        .backward();
-    reference_optimizer->step();
-  }
+  train_on_whole_batches(*reference, "sgd", inputs, targets, global);
   const at::Tensor expected = flat_parameters(*reference);
   const double relative =
       (flat_parameters(*net) - expected).norm().item<double>() / expected.norm().item<double>();

@@ -74,6 +74,7 @@ struct CkptConfig {
   std::string resume;            // auto | none | PATH
   bool allow_config_change = false;
   std::string signals;  // comma-separated signal names that stop the run with a checkpoint
+  std::int64_t check_every_steps = 1;  // steps between the ranks' agreements on signals and time
 };
 
 struct LogConfig {
