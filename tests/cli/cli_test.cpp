@@ -93,7 +93,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"bad_choice", "", "--data.path=/d --model.name=resnet", "must be one of"},
         BadConfig{"missing_file", "", "--config /nonexistent/x.ini", "not found"},
         BadConfig{"missing_required", "", "--train.epochs=1", "missing required option data.path"},
-        BadConfig{"stray_argument", "", "--data.path=/d extra", "unexpected argument 'extra'"}),
+        BadConfig{"stray_argument", "", "--data.path=/d extra", "unexpected argument 'extra'"},
+        BadConfig{"unknown_signal", "", "--data.path=/d --ckpt.signals=USR1,KILLME",
+                  "has 'KILLME', not one of USR1, USR2, TERM, INT, HUP, XCPU"}),
     [](const ::testing::TestParamInfo<BadConfig>& param_info) { return std::string(param_info.param.name); });
 
 TEST(Cli, MissingDatasetIsExitCode3WithNothingWritten) {
