@@ -88,10 +88,26 @@ auto as_checkpoint_error(F&& body) {
 
 }  // namespace
 
+Checkpoint host_copy(const Checkpoint& checkpoint) {
+  Checkpoint copy{checkpoint.meta, {}};
+  for (const auto& [group, tensors] : checkpoint.groups) {
+    NamedTensors& to = copy.groups[group];
+    for (const auto& [name, tensor] : tensors) {
+      to.emplace_back(name, tensor.detach().to(tensor.options().device(at::kCPU), /*non_blocking=*/false,
+                                               /*copy=*/true, at::MemoryFormat::Contiguous));
+    }
+  }
+  return copy;
+}
+
+std::string checkpoint_path(const std::string& dir, std::int64_t step) {
+  return (fs::path(dir) / ("ckpt-" + std::to_string(step) + ".h5")).string();
+}
+
 std::string write_checkpoint(const std::string& dir, const Checkpoint& checkpoint) {
   const CheckpointMeta& meta = checkpoint.meta;
-  const std::string name = "ckpt-" + std::to_string(meta.step) + ".h5";
-  const fs::path target = fs::path(dir) / name;
+  const fs::path target = checkpoint_path(dir, meta.step);
+  const std::string name = target.filename().string();
   const fs::path temp = fs::path(dir) / (name + ".tmp-" + std::to_string(getpid()));
   try {
     fs::create_directories(dir);

@@ -304,6 +304,10 @@ std::vector<Option> build_table() {
       row("ckpt.keep_best", &C::ckpt, &CkptConfig::keep_best, "false",
           "After an evaluation with a new best test accuracy, write a checkpoint, name it in "
           "checkpoints/best, and spare it from ckpt.keep_last's pruning."),
+      row("ckpt.async", &C::ckpt, &CkptConfig::async, "false",
+          "Copy the checkpoint to host memory at the step boundary and write it on a background "
+          "thread while training continues (one write at a time; the next checkpoint and the end "
+          "of the run wait for it)."),
       row("ckpt.resume", &C::ckpt, &CkptConfig::resume, "auto",
           "auto: continue from the newest checkpoint in run.dir that verifies (falling back to "
           "the one before if it does not), or start fresh if there is none; none: start fresh; "

@@ -58,10 +58,10 @@ struct Split::State {
   std::int64_t row_bytes = 0;  // one sample's input in memory dtype
   bool cache_blocks = false;
   std::int64_t block_rows = 1;
-  mutable std::mutex hdf5;  // HDF5 is not thread-safe; also guards the lazily filled blocks
+  mutable std::mutex blocks_mutex;  // guards the lazily filled blocks (io serializes HDF5 calls)
 
   const Block& block(const Shard& shard, std::int64_t b) const {
-    const std::lock_guard<std::mutex> lock(hdf5);
+    const std::lock_guard<std::mutex> lock(blocks_mutex);
     if (!shard.blocks[static_cast<size_t>(b)]) {
       auto loaded = std::make_unique<Block>();
       const std::int64_t first = b * block_rows;
@@ -200,11 +200,8 @@ void Split::State::gather_runs(const std::vector<std::int64_t>& indices, at::Ten
     const auto run = static_cast<std::int64_t>(end - begin);
     rows.resize(static_cast<size_t>(run) * row);
     labels.resize(static_cast<size_t>(run));
-    {
-      const std::lock_guard<std::mutex> lock(hdf5);
-      shard.input.read_rows(memory_dtype(input_field.dtype), first - shard.first, run, rows.data());
-      shard.label.read_rows(io::DType::kInt64, first - shard.first, run, labels.data());
-    }
+    shard.input.read_rows(memory_dtype(input_field.dtype), first - shard.first, run, rows.data());
+    shard.label.read_rows(io::DType::kInt64, first - shard.first, run, labels.data());
     check_labels(labels.data(), run);
     for (size_t k = begin; k < end; ++k) {
       const auto slot = static_cast<size_t>(by_index[k]);

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <mutex>
 
 #include "hpctrain/data/dataset_check.h"
 
@@ -29,7 +28,6 @@ struct TokenStream::State {
   std::int64_t tokens = 0;
   std::int64_t block_size = 1;
   std::vector<std::int32_t> memory;  // the whole stream, when it fits the budget
-  mutable std::mutex hdf5;           // HDF5 is not thread-safe
 
   // Tokens [first, first + count) of the stream into `out`, shard by shard.
   void read(std::int64_t first, std::int64_t count, std::int32_t* out) const {
@@ -106,7 +104,6 @@ Batch TokenStream::gather(const std::vector<std::int64_t>& offsets, bool pinned)
     }
     const std::int32_t* from = s.memory.data() + offset;
     if (s.memory.empty()) {
-      const std::lock_guard<std::mutex> lock(s.hdf5);
       s.read(offset, window, tokens.data());
       from = tokens.data();
     }

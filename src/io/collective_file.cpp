@@ -19,11 +19,13 @@ CollectiveFile::CollectiveFile(CollectiveFile&& other) noexcept
 }
 
 CollectiveFile::~CollectiveFile() {
+  const LibraryLock lock;
   if (id_ >= 0) H5Fclose(id_);  // collective, like the open
 }
 
 CollectiveFile CollectiveFile::open(const std::string& path, ExitCode code) {
 #ifdef H5_HAVE_PARALLEL
+  const LibraryLock lock;
   const Handle access(H5Pcreate(H5P_FILE_ACCESS));
   H5Pset_fapl_mpio(access.get(), MPI_COMM_WORLD, MPI_INFO_NULL);
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get());
@@ -39,6 +41,7 @@ CollectiveFile CollectiveFile::open(const std::string& path, ExitCode code) {
 void CollectiveFile::read_rows_everywhere(const std::string& dataset, DType dtype, std::int64_t first,
                                           std::int64_t count, void* out) const {
 #ifdef H5_HAVE_PARALLEL
+  const LibraryLock lock;
   int rank = 0;
   int world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -38,6 +38,11 @@ std::vector<hsize_t> to_hsize(const std::vector<std::int64_t>& shape) {
 
 }  // namespace
 
+std::recursive_mutex& library_mutex() {
+  static std::recursive_mutex mutex;
+  return mutex;
+}
+
 const char* dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kUInt8: return "uint8";
@@ -86,6 +91,7 @@ H5File::H5File(H5File&& other) noexcept
 }
 
 H5File& H5File::operator=(H5File&& other) noexcept {
+  const LibraryLock lock;
   if (this != &other) {
     if (id_ >= 0) H5Fclose(id_);
     id_ = other.id_;
@@ -97,14 +103,17 @@ H5File& H5File::operator=(H5File&& other) noexcept {
 }
 
 H5File::~H5File() {
+  const LibraryLock lock;
   if (id_ >= 0) H5Fclose(id_);
 }
 
 void H5File::fail(const std::string& what) const {
+  const LibraryLock lock;
   throw Error(path_ + ": " + what + ": " + hdf5_message(), code_);
 }
 
 H5File H5File::create(const std::string& path, ExitCode code) {
+  const LibraryLock lock;
   silence_hdf5();
   const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (id < 0) throw Error(path + ": cannot create HDF5 file: " + hdf5_message(), code);
@@ -112,6 +121,7 @@ H5File H5File::create(const std::string& path, ExitCode code) {
 }
 
 H5File H5File::open_read(const std::string& path, ExitCode code) {
+  const LibraryLock lock;
   silence_hdf5();
   if (!std::filesystem::is_regular_file(path)) throw Error(path + ": no such file", code);
   if (H5Fis_hdf5(path.c_str()) <= 0) {
@@ -125,6 +135,7 @@ H5File H5File::open_read(const std::string& path, ExitCode code) {
 
 void H5File::write(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape,
                    const void* data, const WriteOptions& options) {
+  const LibraryLock lock;
   const auto dims = to_hsize(shape);
   Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
   if (!space.ok()) fail("cannot describe dataset " + name);
@@ -147,6 +158,7 @@ void H5File::write(const std::string& name, DType dtype, const std::vector<std::
 }
 
 bool H5File::exists(const std::string& name) const {
+  const LibraryLock lock;
   // H5Lexists needs every parent to exist; check each prefix.
   size_t pos = 0;
   while ((pos = name.find('/', pos + 1)) != std::string::npos) {
@@ -156,6 +168,7 @@ bool H5File::exists(const std::string& name) const {
 }
 
 DatasetInfo H5File::info(const std::string& name) const {
+  const LibraryLock lock;
   if (!exists(name)) throw Error(path_ + ": dataset '" + name + "' is missing", code_);
   Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT));
   if (!set.ok()) fail("cannot open dataset " + name);
@@ -189,6 +202,7 @@ DatasetInfo H5File::info(const std::string& name) const {
 }
 
 void H5File::read(const std::string& name, DType dtype, void* out) const {
+  const LibraryLock lock;
   Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT));
   if (!set.ok()) fail("cannot open dataset " + name);
   if (H5Dread(set.get(), native_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) {
@@ -227,12 +241,14 @@ void read_rows_of(hid_t set, const std::string& where, ExitCode code, DType dtyp
 
 void H5File::read_rows(const std::string& name, DType dtype, std::int64_t first,
                        std::int64_t count, void* out) const {
+  const LibraryLock lock;
   Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT));
   if (!set.ok()) fail("cannot open dataset " + name);
   read_rows_of(set.get(), path_ + ": dataset '" + name + "'", code_, dtype, first, count, out);
 }
 
 H5Dataset H5File::open_dataset(const std::string& name, std::int64_t cache_bytes) const {
+  const LibraryLock lock;
   const DatasetInfo dataset_info = info(name);
   Handle access(H5Pcreate(H5P_DATASET_ACCESS));
   // Slots: a prime well above the number of chunks the cache can hold (HDF5's advice).
@@ -252,6 +268,7 @@ H5Dataset::H5Dataset(H5Dataset&& other) noexcept
 }
 
 H5Dataset& H5Dataset::operator=(H5Dataset&& other) noexcept {
+  const LibraryLock lock;
   if (this != &other) {
     if (id_ >= 0) H5Dclose(id_);
     id_ = other.id_;
@@ -264,14 +281,17 @@ H5Dataset& H5Dataset::operator=(H5Dataset&& other) noexcept {
 }
 
 H5Dataset::~H5Dataset() {
+  const LibraryLock lock;
   if (id_ >= 0) H5Dclose(id_);
 }
 
 void H5Dataset::read_rows(DType dtype, std::int64_t first, std::int64_t count, void* out) const {
+  const LibraryLock lock;
   read_rows_of(id_, where_, code_, dtype, first, count, out);
 }
 
 std::vector<std::string> H5File::list_datasets(const std::string& group) const {
+  const LibraryLock lock;
   // H5Lvisit + H5Oopen/H5Iget_type, unlike H5Ovisit, has one signature across HDF5 1.10-1.14.
   struct Visit {
     hid_t group;
@@ -295,6 +315,7 @@ std::vector<std::string> H5File::list_datasets(const std::string& group) const {
 }
 
 void H5File::set_attr(const std::string& name, const std::string& value) {
+  const LibraryLock lock;
   Handle type(H5Tcopy(H5T_C_S1));
   H5Tset_size(type.get(), std::max<size_t>(1, value.size()));
   H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
@@ -306,6 +327,7 @@ void H5File::set_attr(const std::string& name, const std::string& value) {
 }
 
 void H5File::set_attr(const std::string& name, std::int64_t value) {
+  const LibraryLock lock;
   Handle space(H5Screate(H5S_SCALAR));
   Handle attr(H5Acreate2(id_, name.c_str(), H5T_NATIVE_INT64, space.get(), H5P_DEFAULT, H5P_DEFAULT));
   if (!attr.ok() || H5Awrite(attr.get(), H5T_NATIVE_INT64, &value) < 0) {
@@ -314,10 +336,12 @@ void H5File::set_attr(const std::string& name, std::int64_t value) {
 }
 
 bool H5File::has_attr(const std::string& name) const {
+  const LibraryLock lock;
   return H5Aexists(id_, name.c_str()) > 0;
 }
 
 std::string H5File::attr_string(const std::string& name) const {
+  const LibraryLock lock;
   if (!has_attr(name)) throw Error(path_ + ": attribute '" + name + "' is missing", code_);
   Handle attr(H5Aopen(id_, name.c_str(), H5P_DEFAULT));
   Handle type(H5Aget_type(attr.get()));
@@ -331,6 +355,7 @@ std::string H5File::attr_string(const std::string& name) const {
 }
 
 std::int64_t H5File::attr_int(const std::string& name) const {
+  const LibraryLock lock;
   if (!has_attr(name)) throw Error(path_ + ": attribute '" + name + "' is missing", code_);
   Handle attr(H5Aopen(id_, name.c_str(), H5P_DEFAULT));
   std::int64_t value = 0;
@@ -339,6 +364,7 @@ std::int64_t H5File::attr_int(const std::string& name) const {
 }
 
 void H5File::close() {
+  const LibraryLock lock;
   if (id_ < 0) return;
   const hid_t id = id_;
   id_ = -1;
@@ -348,6 +374,7 @@ void H5File::close() {
 }
 
 std::string hdf5_version() {
+  const LibraryLock lock;
   unsigned major = 0, minor = 0, release = 0;
   H5get_libversion(&major, &minor, &release);
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);

@@ -4,9 +4,25 @@
 
 #include <hdf5.h>
 
+#include <mutex>
+
 #include "hpctrain/io/h5_file.h"
 
 namespace hpctrain::io {
+
+// Note [One HDF5 caller at a time]: Debian's HDF5, like most cluster builds, is not built
+// thread-safe, yet the loader's threads read shards while a checkpoint may be written in the
+// background (ckpt.async). Every function of io that calls HDF5 holds this process-wide lock for
+// its whole body (handles included); it is recursive because those functions call each other.
+std::recursive_mutex& library_mutex();
+
+class LibraryLock {
+ public:
+  LibraryLock() : lock_(library_mutex()) {}
+
+ private:
+  std::lock_guard<std::recursive_mutex> lock_;
+};
 
 inline hid_t native_type(DType dtype) {
   switch (dtype) {

@@ -11,6 +11,7 @@
 #include "hpctrain/comm/bootstrap.h"
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/config/parser.h"
+#include "hpctrain/core/background_job.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/stop_signals.h"
 #include "hpctrain/core/system.h"
@@ -43,6 +44,28 @@ std::string utc_now() {
   char text[32];
   std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   return text;
+}
+
+// Writes the checkpoint, names it `best` if asked, prunes to `keep_last`, and logs what it cost.
+// `blocked_s`: how long training waited for a background write (ckpt.async); < 0 when training
+// waited for the whole write.
+std::string commit_checkpoint(const std::string& dir, const ckpt::Checkpoint& checkpoint, bool best,
+                              std::int64_t keep_last, double blocked_s) {
+  const Timer timer;
+  const std::string path = ckpt::write_checkpoint(dir, checkpoint);
+  const double seconds = timer.elapsed_s();
+  if (best) ckpt::mark_best(dir, path);
+  ckpt::prune_checkpoints(dir, keep_last);
+  const double megabytes = static_cast<double>(std::filesystem::file_size(path)) / 1e6;
+  const double rate = megabytes / std::max(seconds, 1e-9);
+  if (blocked_s < 0) {
+    log::info("checkpoint {} written in {:.2f} s ({:.1f} MB, {:.0f} MB/s; training waited for it)", path,
+              seconds, megabytes, rate);
+  } else {
+    log::info("checkpoint {} written in the background in {:.2f} s ({:.1f} MB, {:.0f} MB/s); training "
+              "waited {:.3f} s", path, seconds, megabytes, rate, blocked_s);
+  }
+  return path;
 }
 
 }  // namespace
@@ -108,6 +131,7 @@ struct Trainer::State {
   std::int64_t written_cursor = -1;
   bool stopped = false;  // the ranks agreed to stop on a signal
   Timer since_checkpoint;  // for ckpt.every_minutes (rank 0's decides)
+  BackgroundJob checkpoint_writer;  // ckpt.async, on rank 0; last, so destroyed (joined) first
 
   State(TrainingSetup s, comm::Bootstrap& b, RunDirectory dir)
       : setup(std::move(s)), bootstrap(b), run_dir(std::move(dir)),
@@ -213,8 +237,15 @@ struct Trainer::State {
                     at::Tensor& loss_sum, double& real_samples, Timer& interval);
   std::optional<EvalResult> evaluate_epoch(std::int64_t epoch);
   // Collective: a checkpoint of the current position (epoch_now, cursor_now); `best`: also
-  // named by checkpoints/best (ckpt.keep_best), which pruning spares.
+  // named by checkpoints/best (ckpt.keep_best), which pruning spares. With ckpt.async rank 0
+  // returns once a host copy is handed to the background writer.
   std::string save_checkpoint(bool best = false);
+  // Collective, at the end of a run: with ckpt.async, waits until rank 0's last write is on disk.
+  void finish_checkpoint_writes() {
+    if (!config().ckpt.async) return;
+    checkpoint_writer.wait();
+    bootstrap.barrier();
+  }
 };
 
 Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory run_dir)
@@ -314,6 +345,7 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
                                                                    loss_sum, real_samples, interval);
     epoch_now = epoch;
     cursor_now = plans[static_cast<size_t>(first + count - 1)].next_cursor;
+    checkpoint_writer.rethrow_if_failed();  // a background write that failed ends the run now
     const Boundary boundary = at_step_boundary();
     if (boundary.stop) {
       stopped = true;
@@ -358,6 +390,7 @@ std::optional<EvalResult> Trainer::State::evaluate_epoch(std::int64_t epoch) {
 }
 
 std::string Trainer::State::save_checkpoint(bool best) {
+  const Timer blocked;
   sync_buffers();
   // Every rank's generators, gathered on the control plane (no collective is in flight here).
   ckpt::NamedTensors generators;
@@ -388,18 +421,24 @@ std::string Trainer::State::save_checkpoint(bool best) {
     checkpoint.groups["sched"] = {{"step", torch::full({}, step, torch::kLong)}};
     checkpoint.groups["rng"] = std::move(generators);
     if (best_test_acc) checkpoint.groups["metrics"] = {{"best_test_acc", torch::full({}, *best_test_acc, torch::kDouble)}};
-    const Timer timer;
-    path = ckpt::write_checkpoint(run_dir.checkpoints_dir(), checkpoint);
-    const double seconds = timer.elapsed_s();
-    if (best) ckpt::mark_best(run_dir.checkpoints_dir(), path);
-    ckpt::prune_checkpoints(run_dir.checkpoints_dir(), config().ckpt.keep_last);
-    const double megabytes = static_cast<double>(std::filesystem::file_size(path)) / 1e6;
-    log::info("checkpoint {} written in {:.2f} s ({:.1f} MB, {:.0f} MB/s; training waited for it)", path,
-              seconds, megabytes, megabytes / std::max(seconds, 1e-9));
+    const std::string dir = run_dir.checkpoints_dir();
+    const std::int64_t keep_last = config().ckpt.keep_last;
+    if (config().ckpt.async) {
+      checkpoint_writer.wait();  // the previous write, if it is still in flight
+      // Shared: std::function needs a copyable job.
+      auto copy = std::make_shared<const ckpt::Checkpoint>(ckpt::host_copy(checkpoint));
+      path = ckpt::checkpoint_path(dir, step);
+      checkpoint_writer.start([copy, dir, keep_last, best, waited = blocked.elapsed_s()] {
+        commit_checkpoint(dir, *copy, best, keep_last, waited);
+      });
+    } else {
+      path = commit_checkpoint(dir, checkpoint, best, keep_last, /*blocked_s=*/-1);
+    }
   }
-  // No rank leaves before the checkpoint is on disk. The control plane's barrier has no timeout:
-  // a large write may take longer than dist.timeout_s, and a rank that dies ends the job anyway.
-  bootstrap.barrier();
+  // No rank leaves before the checkpoint is on disk (with ckpt.async: before the run ends). The
+  // control plane's barrier has no timeout: a large write may take longer than dist.timeout_s,
+  // and a rank that dies ends the job anyway.
+  if (!config().ckpt.async) bootstrap.barrier();
   last_checkpoint = path;
   written_step = step;
   written_epoch = epoch_now;
@@ -508,13 +547,12 @@ TrainSummary Trainer::run() {
   summary.stopped = s.stopped;
   if (s.stopped) {
     summary.checkpoint = s.last_checkpoint;
-    return summary;
-  }
-  if (s.config().ckpt.save_final) {
+  } else if (s.config().ckpt.save_final) {
     // A periodic checkpoint of this very position may have been written a moment ago.
     const bool written = s.written_step == s.step && s.written_epoch == s.epoch_now && s.written_cursor == s.cursor_now;
     summary.checkpoint = written ? s.last_checkpoint : s.save_checkpoint();
   }
+  s.finish_checkpoint_writes();
   return summary;
 }
 

@@ -68,6 +68,21 @@ TEST_F(CheckpointTest, RoundTripsTensorsAndMetadataAndUpdatesLatest) {
   }
 }
 
+TEST_F(CheckpointTest, HostCopyIsContiguousAndOwnsItsMemory) {
+  Checkpoint original = model_only({{"fc.weight", at::randn({3, 4}).t()}, {"step", at::full({}, 5, at::kLong)}});
+  original.meta.step = 9;
+  const Checkpoint copy = host_copy(original);
+  EXPECT_EQ(copy.meta.step, 9);
+  const at::Tensor& weight = copy.groups.at("model")[0].second;
+  EXPECT_TRUE(weight.is_contiguous());
+  const at::Tensor before = original.groups.at("model")[0].second.clone();
+  original.groups.at("model")[0].second.add_(1.0);  // training goes on
+  original.groups.at("model")[1].second.fill_(6);
+  EXPECT_TRUE(at::equal(weight, before));
+  EXPECT_EQ(copy.groups.at("model")[1].second.item<std::int64_t>(), 5);
+  EXPECT_EQ(checkpoint_path(dir_, 9), write_checkpoint(dir_, copy));
+}
+
 TEST_F(CheckpointTest, MismatchedModelNamesEveryDifference) {
   const std::string path = write_checkpoint(dir_, model_only(sample_state()));
   NamedTensors other = {{"fc.weight", at::zeros({4, 3})}, {"head.bias", at::zeros({4})},

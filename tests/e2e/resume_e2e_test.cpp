@@ -225,16 +225,47 @@ TEST_F(ResumeEndToEnd, AFailedWriteLeavesTheEarlierCheckpointIntact) {
   const std::string wrapper = work_ + "/small-files.sh";
   std::ofstream(wrapper) << "#!/bin/sh\ntrap '' XFSZ\nulimit -f 2048\nexec " << kBin << " \"$@\"\n";
   fs::permissions(wrapper, fs::perms::owner_all);
-  std::string command = train(1, "full", "--train.max_steps=5");
-  command.replace(command.find(kBin), kBin.size(), wrapper);
-  const ProcessResult full = run_command(command);
-  EXPECT_EQ(full.exit_code, 4) << full.err;
-  EXPECT_EQ(count_lines_with(full.err, "hpctrain: error:"), 1) << full.err;
-  EXPECT_NE(full.err.find("writing checkpoint"), std::string::npos) << full.err;
-  EXPECT_EQ(ckpt::latest_checkpoint(work_ + "/full/checkpoints"), latest);
-  EXPECT_EQ(run_command(kBin + " ckpt verify " + latest).exit_code, 0);
-  for (const auto& entry : fs::directory_iterator(work_ + "/full/checkpoints")) {
-    EXPECT_EQ(entry.path().string().find(".tmp-"), std::string::npos) << "left behind: " << entry.path();
+  // The final checkpoint written synchronously; then one every step in the background, whose
+  // failure ends the run at the next step boundary.
+  for (const std::string extra : {"", "--ckpt.async=true --ckpt.every_steps=1"}) {
+    std::string command = train(1, "full", "--train.max_steps=5 " + extra);
+    command.replace(command.find(kBin), kBin.size(), wrapper);
+    const ProcessResult full = run_command(command);
+    EXPECT_EQ(full.exit_code, 4) << extra << full.err;
+    EXPECT_EQ(count_lines_with(full.err, "hpctrain: error:"), 1) << extra << full.err;
+    EXPECT_NE(full.err.find("writing checkpoint"), std::string::npos) << extra << full.err;
+    EXPECT_EQ(ckpt::latest_checkpoint(work_ + "/full/checkpoints"), latest) << extra;
+    EXPECT_EQ(run_command(kBin + " ckpt verify " + latest).exit_code, 0) << extra;
+    for (const auto& entry : fs::directory_iterator(work_ + "/full/checkpoints")) {
+      EXPECT_EQ(entry.path().string().find(".tmp-"), std::string::npos) << "left behind: " << entry.path();
+    }
+  }
+}
+
+// ckpt.async: the same checkpoints as synchronous writes, taken at the same moments, while
+// training goes on; the run ends only after the last is on disk.
+TEST_F(ResumeEndToEnd, BackgroundWritesEqualSynchronousOnes) {
+  const std::string every = "--train.max_steps=12 --ckpt.every_steps=4 --ckpt.keep_last=2 ";
+  const ProcessResult sync = run_command(train(2, "sync", every));
+  ASSERT_EQ(sync.exit_code, 0) << sync.err;
+  const ProcessResult async = run_command(train(2, "async", every + "--ckpt.async=true"));
+  ASSERT_EQ(async.exit_code, 0) << async.err;
+  EXPECT_EQ(count_lines_with(async.err, "written in the background in"), 3) << async.err;
+  EXPECT_EQ(count_lines_with(async.err, "training waited"), 3) << async.err;
+  const std::vector<std::string> written = ckpt::list_checkpoints(work_ + "/async/checkpoints");
+  ASSERT_EQ(written.size(), 2u) << "ckpt.keep_last=2 prunes in the background too";
+  EXPECT_EQ(ckpt::latest_checkpoint(work_ + "/async/checkpoints"), written[0]);
+  for (const char* step : {"8", "12"}) {
+    const std::string a = work_ + "/sync/checkpoints/ckpt-" + step + ".h5";
+    const std::string b = work_ + "/async/checkpoints/ckpt-" + step + ".h5";
+    for (const char* name : {"model", "optim", "rng"}) {
+      const ckpt::NamedTensors expected = group(a, name);
+      const ckpt::NamedTensors got = group(b, name);
+      ASSERT_EQ(expected.size(), got.size()) << name;
+      for (size_t i = 0; i < expected.size(); ++i) {
+        EXPECT_TRUE(at::equal(expected[i].second, got[i].second)) << step << " " << name << "/" << expected[i].first;
+      }
+    }
   }
 }
 

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 namespace hpctrain::io {
 namespace {
@@ -83,6 +86,53 @@ TEST(H5File, ChecksumCatchesAFlippedByte) {
   std::vector<std::uint8_t> out(data.size());
   EXPECT_THROW(file.read("bytes", DType::kUInt8, out.data()), Error);
   fs::remove(path);
+}
+
+// A loader thread reading shards while a checkpoint is written on another thread (ckpt.async):
+// without io's process-wide lock this non-thread-safe HDF5 corrupts its state or crashes.
+TEST(H5File, ThreadsMayReadAndWriteAtOnce) {
+  const std::string source = temp_path("threads-source.h5");
+  std::vector<std::int32_t> rows(4096);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::int32_t>(i * 7);
+  {
+    H5File file = H5File::create(source, ExitCode::kData);
+    WriteOptions chunked;
+    chunked.chunk_rows = 64;
+    file.write("rows", DType::kInt32, {4096}, rows.data(), chunked);
+    file.close();
+  }
+  std::atomic<bool> writing{true};
+  std::atomic<int> bad_reads{0};
+  std::thread reader([&] {
+    const H5File file = H5File::open_read(source, ExitCode::kData);
+    const H5Dataset set = file.open_dataset("rows", 0);
+    std::vector<std::int32_t> got(64);
+    for (std::int64_t i = 0; writing || i < 200; ++i) {
+      const std::int64_t first = (i * 97) % (4096 - 64);
+      set.read_rows(DType::kInt32, first, 64, got.data());
+      if (!std::equal(got.begin(), got.end(), rows.begin() + first)) ++bad_reads;
+    }
+  });
+  std::vector<float> values(1000);
+  for (int f = 0; f < 20; ++f) {
+    const std::string path = temp_path("threads-" + std::to_string(f) + ".h5");
+    H5File file = H5File::create(path, ExitCode::kCheckpoint);
+    for (int d = 0; d < 20; ++d) {
+      std::fill(values.begin(), values.end(), static_cast<float>(f * 100 + d));
+      WriteOptions chunked;
+      chunked.chunk_rows = 100;
+      file.write("group/values-" + std::to_string(d), DType::kFloat32, {1000}, values.data(), chunked);
+    }
+    file.close();
+    const H5File back = H5File::open_read(path, ExitCode::kCheckpoint);
+    back.read("group/values-19", DType::kFloat32, values.data());
+    EXPECT_EQ(values[999], static_cast<float>(f * 100 + 19));
+    fs::remove(path);
+  }
+  writing = false;
+  reader.join();
+  EXPECT_EQ(bad_reads, 0);
+  fs::remove(source);
 }
 
 }  // namespace

@@ -40,6 +40,13 @@ struct Checkpoint {
   std::map<std::string, NamedTensors> groups;  // "model", "optim", "sched", "rng", "metrics"
 };
 
+// A copy of every tensor in host memory, contiguous: what a background writer may write while
+// training goes on changing the originals.
+Checkpoint host_copy(const Checkpoint& checkpoint);
+
+// `<dir>/ckpt-<step>.h5`, where write_checkpoint puts it.
+std::string checkpoint_path(const std::string& dir, std::int64_t step);
+
 // Writes `<dir>/ckpt-<step>.h5` and points `<dir>/latest` at it; returns the file's path.
 // Throws CheckpointError (the earlier checkpoints and `latest` are then untouched).
 std::string write_checkpoint(const std::string& dir, const Checkpoint& checkpoint);

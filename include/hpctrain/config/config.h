@@ -71,6 +71,7 @@ struct CkptConfig {
   double every_minutes = 0.0;    // 0: none by time
   std::int64_t keep_last = 0;    // checkpoints kept; 0: all
   bool keep_best = false;        // checkpoint each new best evaluation and never prune it
+  bool async = false;            // write on a background thread from a host copy
   std::string resume;            // auto | none | PATH
   bool allow_config_change = false;
   std::string signals;  // comma-separated signal names that stop the run with a checkpoint

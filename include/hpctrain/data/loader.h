@@ -1,10 +1,8 @@
 // Reads an epoch's batches ahead of the training loop: background threads gather the batches of a
 // known list of steps, keeping up to `depth` of them ready or in flight, and next() hands them out
 // in step order. Thread t of N reads steps t, t+N, t+2N, ... The read function must be safe to call
-// from several threads (Split::gather and TokenStream::gather are: they serialize their HDF5 calls
-// and copy rows in parallel). While a Loader runs, only its threads use the split's HDF5 files (see
-// io/h5_file.h); the trainer drains or destroys it before evaluating. Depends on data/split and
-// std threads.
+// from several threads (Split::gather and TokenStream::gather are: io serializes their HDF5 calls,
+// rows are copied in parallel). Depends on data/split and std threads.
 #pragma once
 
 #include <condition_variable>

@@ -3,8 +3,8 @@
 // about 1 MiB as batches first touch them and then served from memory (over its epochs a rank sees
 // every sample anyway, so reading each block once is the least I/O); a larger split is read per
 // batch, only the samples asked for, adjacent ones as one hyperslab, through HDF5's chunk cache.
-// gather() may be called from several threads at once (the loader's): HDF5 calls are serialized
-// by the split, copies from memory run in parallel. See io/h5_file.h on HDF5 and threads.
+// gather() may be called from several threads at once (the loader's): io serializes HDF5 calls
+// (io/h5_file.h), copies from memory run in parallel.
 // Depends on core, io, data/manifest, ATen.
 #pragma once
 

@@ -4,7 +4,7 @@
 // window at offset o holds tokens [o, o + block_size]: the input is its first block_size tokens,
 // the target the last block_size (the next token at each place). A stream that fits the cache
 // budget is read whole when loaded; a larger one is read per window through HDF5's chunk cache.
-// gather() may be called from several threads at once (HDF5 calls are serialized).
+// gather() may be called from several threads at once (io serializes HDF5 calls).
 // Depends on core, io, data/manifest, data/split (Batch), ATen.
 #pragma once
 

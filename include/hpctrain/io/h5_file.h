@@ -1,6 +1,7 @@
 // RAII access to one HDF5 file through the C API: typed datasets (whole or a range of rows),
-// string and integer attributes, groups. Debian's parallel HDF5 is not built thread-safe: callers
-// use HDF5 from one thread at a time (the loader's thread during an epoch, the main thread otherwise). Only io/*.cpp includes hdf5.h; callers see plain types.
+// string and integer attributes, groups. Safe to call from several threads: every call holds one
+// process-wide lock, since Debian's parallel HDF5 is not built thread-safe (Note [One HDF5 caller
+// at a time]). Only io/*.cpp includes hdf5.h; callers see plain types.
 // Errors are hpctrain::Error with the caller's exit code (data: 3, checkpoint: 4) and HDF5's
 // innermost message. Depends on core only.
 #pragma once
