@@ -186,6 +186,32 @@ TEST_F(ResumeEndToEnd, SigusrOneCheckpointsExitsSeventyFiveAndTheRunResumes) {
       << resumed.err;
 }
 
+// srun delivers SIGTERM to the tasks themselves; a second one while the checkpoint is being
+// written (its temporary file exists) must not cut the write short. A model large enough for the
+// write to take a while: mlp 4096x4096 with AdamW, a 240 MB checkpoint.
+TEST_F(ResumeEndToEnd, ASecondSigtermDuringTheWriteChangesNothing) {
+  const std::string dir = work_ + "/term";
+  fs::create_directories(dir);
+  const std::string rank = "'^" + kBin + " train .*run.dir=" + dir + " '";
+  const ProcessResult stopped = run_command(
+      "(" + train(1, "term", "--train.epochs=100 --log.every_steps=1 --model.name=mlp --model.mlp_hidden=4096,4096") +
+      ") > " + dir + "/out.log 2>&1 & pid=$!; for i in $(seq 1 600); do [ -s " + dir +
+      "/metrics.jsonl ] && break; sleep 0.1; done; pkill -TERM -f " + rank +
+      "; for i in $(seq 1 1000); do ls " + dir + "/checkpoints/*.tmp-* >/dev/null 2>&1 && break; sleep 0.005; done;"
+      " ls " + dir + "/checkpoints/*.tmp-* >/dev/null 2>&1 && echo during-write; pkill -TERM -f " + rank +
+      "; wait $pid; echo \"exit=$?\"");
+  const std::string log = read_file(dir + "/out.log");
+  EXPECT_NE(stopped.out.find("during-write"), std::string::npos) << "the second signal came after the write";
+  EXPECT_NE(stopped.out.find("exit=75"), std::string::npos) << stopped.out << log;
+  EXPECT_EQ(count_lines_with(log, "stop requested (SIGTERM"), 1) << log;
+  const std::string latest = ckpt::latest_checkpoint(dir + "/checkpoints");
+  ASSERT_FALSE(latest.empty()) << log;
+  EXPECT_EQ(run_command(kBin + " ckpt verify " + latest).exit_code, 0);
+  for (const auto& entry : fs::directory_iterator(dir + "/checkpoints")) {
+    EXPECT_EQ(entry.path().string().find(".tmp-"), std::string::npos) << "left behind: " << entry.path();
+  }
+}
+
 // Writers killed at arbitrary moments (a checkpoint every step, so many kills land inside a write
 // or around its rename): `latest` always names a complete checkpoint, and a resume continues.
 TEST_F(ResumeEndToEnd, AWriterKilledAtAnyMomentLeavesAResumableDirectory) {
