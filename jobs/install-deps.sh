@@ -16,6 +16,7 @@ packages=(
   nlohmann-json3-dev                 # manifests and metrics
   zlib1g-dev                         # gzipped IDX files
   dataset-fashion-mnist              # the quick start's data
+  slurmctld slurmd slurm-client munge libpmix-dev  # a real Slurm for the tests (srun --mpi=pmix)
 )
 
 missing=()

@@ -2,6 +2,8 @@
 
 #include <torch/version.h>
 
+#include <cstdlib>
+
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
@@ -40,6 +42,12 @@ void log_banner(const comm::Bootstrap& bootstrap, int threads) {
   }
   log::info("world {} rank(s) on {} node(s) [{}], {} per node on rank 0's node; {} thread(s) per rank",
             t.world_size, t.node_count, hosts, t.local_size, threads);
+  // Under Slurm: which job, and how many times it was requeued (a preempted job restarts with
+  // SLURM_RESTART_COUNT=1, 2, ... and resumes from its run directory).
+  if (const char* job = std::getenv("SLURM_JOB_ID")) {
+    const char* restarts = std::getenv("SLURM_RESTART_COUNT");
+    log::info("Slurm job {}, restart {}", job, restarts != nullptr ? restarts : "0");
+  }
   log::debug("rank {} local rank {}/{} node {} host {} cores {}", t.world_rank, t.local_rank,
              t.local_size, t.node_rank, t.hosts[static_cast<size_t>(t.world_rank)],
              sys::affinity_cores());

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# ctest `slurm_train` (label slurm): slurm/train.sbatch on a real Slurm started on this machine
+# (tests/slurm/local_slurm.sh), in its CPU form with 2 tasks.
+#  1. an uninterrupted run (LAUNCHER=mpirun) of 40 steps finishes with exit 0 and a checkpoint;
+#  2. the same run through srun --mpi=pmix, sent USR1 as Slurm's early warning would be: it
+#     checkpoints, exits 75, requeues itself, resumes (SLURM_RESTART_COUNT=1), finishes, and its
+#     final parameters and optimizer state equal run 1's bit for bit.
+# Exits 77 (a ctest skip, with a SKIP: line) only when Slurm cannot start here.
+#   tests/slurm/slurm_test.sh HPCTRAIN_BINARY SOURCE_DIR
+set -uo pipefail
+
+bin=$(realpath "${1:?usage: slurm_test.sh HPCTRAIN_BINARY SOURCE_DIR}")
+source_dir=$(realpath "${2:?usage: slurm_test.sh HPCTRAIN_BINARY SOURCE_DIR}")
+work=$(mktemp -d /tmp/hpctrain-slurm-test.XXXXXX)
+chmod 0755 "$work"  # munged wants every directory above its socket searchable
+cluster="$work/slurm"
+cleanup() {
+  bash "$source_dir/tests/slurm/local_slurm.sh" stop "$cluster"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; for f in "$work"/job-*.out; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done >&2; exit 1; }
+
+bash "$source_dir/tests/slurm/local_slurm.sh" start "$cluster" 1 || exit $?
+export SLURM_CONF="$cluster/slurm.conf"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export HPCTRAIN="$bin"
+
+"$bin" prepare fashion-mnist --source /usr/share/datasets/fashion-mnist --out "$work/data" --limit 1200 \
+  --shards 2 > /dev/null || fail "prepare"
+
+# 40 steps of 2 ranks x 32 over 1200 samples (19 steps an epoch), AdamW, dropout: what a resume
+# must carry over exactly.
+cpu_job=(--gpus-per-node=0 --ntasks-per-node=2 --cpus-per-task=1 --time=10 --chdir="$source_dir"
+         --output="$work/job-%j.out")
+train_args() {
+  echo "--data.path=$work/data --run.dir=$work/$1 --train.threads=1 --data.eval_split= --train.batch_size=32" \
+       "--train.epochs=100 --train.max_steps=40 --optim.name=adamw --log.every_steps=1"
+}
+
+# 1. Uninterrupted, through mpirun inside the allocation.
+# shellcheck disable=SC2046
+LAUNCHER=mpirun timeout 240 sbatch --wait --quiet "${cpu_job[@]}" slurm/train.sbatch $(train_args whole) ||
+  fail "the uninterrupted job failed"
+[ -f "$work/whole/checkpoints/ckpt-40.h5" ] || fail "run 1 left no ckpt-40.h5"
+
+# 2. Through srun; USR1 to the batch shell once training is under way, as --signal=B:USR1@N does.
+# sbatch --wait follows the job through its requeue and returns the last run's exit code.
+# shellcheck disable=SC2046
+timeout 240 sbatch --wait --parsable "${cpu_job[@]}" slurm/train.sbatch $(train_args preempted) \
+  > "$work/sbatch.out" 2>&1 &
+waiter=$!
+for _ in $(seq 600); do [ -s "$work/preempted/metrics.jsonl" ] && break; sleep 0.1; done
+[ -s "$work/preempted/metrics.jsonl" ] || fail "job 2 never started training"
+job=$(head -n 1 "$work/sbatch.out")
+scancel --signal=USR1 --batch "$job" || fail "scancel --signal=USR1 --batch $job"
+wait "$waiter" || fail "the preempted job did not finish with exit 0: $(cat "$work/sbatch.out")"
+out="$work/job-$job.out"
+grep -q "stop requested (SIGUSR1" "$out" || fail "the ranks never saw USR1"
+grep -q "requeueing job $job" "$out" || fail "the job did not requeue itself"
+grep -q "Slurm job $job, restart 1" "$out" || fail "no second start with SLURM_RESTART_COUNT=1"
+grep -q "resumed from $work/preempted/checkpoints/ckpt-" "$out" || fail "the second start did not resume"
+grep -q "^done: 40 steps" "$out" || fail "the resumed run did not finish"
+progress_ranks=$(grep -c "^\[1/2" "$out" || true)
+[ "$progress_ranks" -eq 0 ] || fail "rank 1 printed progress lines"
+
+for group in /model /optim /sched; do
+  h5diff -q "$work/whole/checkpoints/ckpt-40.h5" "$work/preempted/checkpoints/ckpt-40.h5" "$group" "$group" ||
+    fail "$group differs between the uninterrupted and the preempted run"
+done
+echo "slurm_test: uninterrupted (mpirun) and preempted + requeued + resumed (srun) runs end bit-identical"
