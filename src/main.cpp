@@ -26,9 +26,10 @@ int dispatch(int argc, char** argv) {
   if (command == "data") return hpctrain::cli::run_data(rest);
   if (command == "ckpt") return hpctrain::cli::run_ckpt(rest);
   if (command == "bench") return hpctrain::cli::run_bench(rest);
+  if (command == "doctor") return hpctrain::cli::run_doctor(rest);
   if (command == "docs") return hpctrain::cli::run_docs(rest);
   throw hpctrain::ConfigError("unknown command '" + command +
-                              "' (commands: train, eval, prepare, data, ckpt, bench, docs; see hpctrain --help)");
+                              "' (commands: train, eval, prepare, data, ckpt, bench, doctor, docs; see hpctrain --help)");
 }
 
 }  // namespace

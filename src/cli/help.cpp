@@ -28,6 +28,7 @@ std::string usage() {
          "  data      inspect or verify a dataset; list the samples a rank trains on\n"
          "  ckpt      inspect, verify or export a checkpoint (hpctrain ckpt --help)\n"
          "  bench     measure a part on its own (hpctrain bench data --help)\n"
+         "  doctor    check ranks, GPUs, communication, run.dir and data (run it like train)\n"
          "  docs      print generated documentation (hpctrain docs options)\n\n"
          "options:\n"
          "  -h, --help   this text; `hpctrain <command> --help` for one command\n"

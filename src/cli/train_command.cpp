@@ -7,6 +7,8 @@
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/stop_signals.h"
 #include "hpctrain/core/system.h"
+#include "hpctrain/train/device.h"
+#include "hpctrain/train/preflight.h"
 #include "hpctrain/train/trainer.h"
 #include "runtime.h"
 
@@ -39,6 +41,9 @@ int run_train(const Args& args) {
   train::TrainingSetup setup = train::prepare_training(config, /*need_train_split=*/true);
 
   const auto bootstrap = start_mpi(config.log);
+  // All ranks agree on versions, config and GPU binding before anything is written.
+  train::preflight(*bootstrap, train::device_for_rank(setup.use_cuda, bootstrap->topology(), config.dist.allow_shared_gpu),
+                   resolved, config.dist.allow_shared_gpu);
   // From here a stop signal becomes a checkpoint and exit 75 at the next step boundary.
   sys::install_stop_handlers(sys::parse_signal_list(config.ckpt.signals));
   const train::RunDirectory run_dir(config.run.dir);

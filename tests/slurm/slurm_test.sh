@@ -21,6 +21,7 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; for f in "$work"/job-*.out; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done >&2; exit 1; }
 
+cd "$source_dir"  # the templates are submitted from the repository root
 bash "$source_dir/tests/slurm/local_slurm.sh" start "$cluster" 1 || exit $?
 export SLURM_CONF="$cluster/slurm.conf"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

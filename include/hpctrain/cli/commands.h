@@ -15,6 +15,7 @@ int run_prepare(const Args& args);
 int run_data(const Args& args);
 int run_ckpt(const Args& args);
 int run_bench(const Args& args);
+int run_doctor(const Args& args);
 int run_docs(const Args& args);
 
 // Top-level --help and --version.

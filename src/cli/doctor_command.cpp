@@ -1,0 +1,348 @@
+// `hpctrain doctor`: run under mpirun or srun like training, it shows where every rank landed and
+// checks, one by one, what a training job needs from the cluster: one world, one GPU per rank,
+// communicators that agree, bandwidth, a shared writable run directory, a readable dataset. Every
+// check runs to the end on every rank and is reported; the exit code is that of the first failure.
+#include <ATen/ATen.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "hpctrain/cli/commands.h"
+#include "hpctrain/comm/bootstrap.h"
+#include "hpctrain/comm/communicator.h"
+#include "hpctrain/config/parser.h"
+#include "hpctrain/core/error.h"
+#include "hpctrain/core/system.h"
+#include "hpctrain/core/timer.h"
+#include "hpctrain/core/version.h"
+#include "hpctrain/data/split.h"
+#include "hpctrain/io/h5_file.h"
+#include "hpctrain/train/device.h"
+#include "hpctrain/train/preflight.h"
+#include "runtime.h"
+
+namespace hpctrain::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kUsage =
+    "usage: [mpirun -np N | srun] hpctrain doctor [--config FILE] [--section.key=value ...]\n"
+    "                                            [--size-mb 64]\n\n"
+    "Run it exactly as you would run `hpctrain train`. Rank 0 prints every rank's host, node-local\n"
+    "rank and device, the versions of hpctrain and its libraries, and these checks:\n"
+    "  world      every rank sees the same world, hpctrain and libtorch versions, and config\n"
+    "  devices    all ranks on one kind of device; no two ranks on a node bound to one GPU\n"
+    "  allreduce  dist.backend's communicator (and, on GPUs, the MPI one) agree with MPI itself\n"
+    "  bandwidth  --size-mb MiB allreduced through dist.backend's communicator (algbw, busbw)\n"
+    "  run.dir    every rank can write run.dir and sees rank 0's files there (a shared file system)\n"
+    "  data       every rank opens data.path and reads a sample of its splits (skipped without it)\n"
+    "Exit 0 when all pass; otherwise the exit code of the first failed check's kind (2: world,\n"
+    "devices, run.dir; 5: allreduce, bandwidth; 3: data; docs/exit-codes.md).\n";
+
+struct Check {
+  std::string name;
+  ExitCode code;  // the exit code when it fails
+  bool passed = true;
+  std::string detail;
+};
+
+// Collective: true on every rank when `ok` holds on all of them. Otherwise `detail` gets each
+// distinct failure once, after the ranks that hit it: "ranks 0, 1 (node1): ...".
+bool agree(const comm::Bootstrap& bootstrap, bool ok, const std::string& failure, std::string& detail) {
+  const std::vector<std::string> all = bootstrap.allgather_string(ok ? "" : failure);
+  std::vector<std::pair<std::string, std::vector<size_t>>> failures;  // text -> ranks, first seen first
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].empty()) continue;
+    auto same = std::find_if(failures.begin(), failures.end(), [&](const auto& f) { return f.first == all[r]; });
+    if (same == failures.end()) same = failures.insert(failures.end(), {all[r], {}});
+    same->second.push_back(r);
+  }
+  if (failures.empty()) return true;
+  detail.clear();
+  for (const auto& [text, ranks] : failures) {
+    std::string who = ranks.size() == 1 ? "rank " : "ranks ";
+    std::string hosts;
+    for (const size_t r : ranks) {
+      who += (r == ranks.front() ? "" : ", ") + std::to_string(r);
+      const std::string& host = bootstrap.topology().hosts[r];
+      if (hosts.find(host) == std::string::npos) hosts += (hosts.empty() ? "" : ", ") + host;
+    }
+    detail += (detail.empty() ? "" : "; ") + who + " (" + hosts + "): " + text;
+  }
+  return false;
+}
+
+std::string cuda_runtime_version() {
+  try {
+    const long v = at::detail::getCUDAHooks().versionCUDART();
+    return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  } catch (const std::exception&) {
+    return "none (CPU-only libtorch)";
+  }
+}
+
+// Integer-valued floats, so every summation order gives the same exact sum.
+at::Tensor test_pattern(int rank, std::int64_t count, const c10::Device& device) {
+  return (at::arange(count, at::kFloat).remainder(7) + 1).mul(rank + 1).to(device);
+}
+
+void check_allreduce(const comm::Bootstrap& bootstrap, const std::vector<comm::Communicator*>& comms,
+                     const c10::Device& device, Check& check) {
+  constexpr std::int64_t kCount = 1 << 18;
+  at::Tensor expected = test_pattern(bootstrap.world_rank(), kCount, at::kCPU).contiguous();
+  bootstrap.allreduce_sum(expected.data_ptr<float>(), kCount);  // MPI itself, on the host
+  std::string failure;
+  std::string names;
+  for (comm::Communicator* c : comms) {
+    names += (names.empty() ? "" : " and ") + c->backend();
+    try {
+      at::Tensor tensor = test_pattern(bootstrap.world_rank(), kCount, device);
+      c->allreduce(tensor, comm::ReduceOp::kSum)->wait();
+      if (!at::equal(tensor.cpu(), expected)) {
+        failure += c->backend() + " summed differently from MPI_Allreduce; ";
+      }
+    } catch (const std::exception& e) {
+      failure += c->backend() + ": " + e.what() + "; ";
+    }
+  }
+  check.passed = agree(bootstrap, failure.empty(), failure + "try --dist.backend=mpi, or see "
+                       "docs/troubleshooting.md", check.detail);
+  if (check.passed) {
+    check.detail = names + (comms.size() == 1 ? " agrees" : " agree") + " with MPI_Allreduce (sum of " + std::to_string(kCount) + " floats over " +
+                   std::to_string(bootstrap.world_size()) + " ranks)";
+  }
+}
+
+void check_bandwidth(const comm::Bootstrap& bootstrap, comm::Communicator& comm, std::int64_t megabytes,
+                     const c10::Device& device, Check& check) {
+  constexpr int kIters = 5;
+  const std::int64_t bytes = megabytes << 20;
+  double seconds = 0;
+  std::string failure;
+  try {
+    at::Tensor tensor = at::ones({bytes / 4}, at::TensorOptions().dtype(at::kFloat).device(device));
+    comm.allreduce(tensor, comm::ReduceOp::kSum)->wait();  // warm-up: connections, buffers
+    const Timer timer;
+    for (int i = 0; i < kIters; ++i) comm.allreduce(tensor, comm::ReduceOp::kSum)->wait();
+    seconds = timer.elapsed_s() / kIters;
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  check.passed = agree(bootstrap, failure.empty(), failure, check.detail);
+  if (!check.passed) return;
+  float slowest = static_cast<float>(seconds);  // the job runs at its slowest rank's pace; report
+  std::vector<std::string> all = bootstrap.allgather_string(std::to_string(seconds));
+  for (const std::string& s : all) slowest = std::max(slowest, std::stof(s));
+  const int n = bootstrap.world_size();
+  const double algbw = static_cast<double>(bytes) / slowest / 1e9;
+  char text[200];
+  std::snprintf(text, sizeof(text), "%lld MiB over %s: %.2f ms, algbw %.2f GB/s, busbw %.2f GB/s",
+                static_cast<long long>(megabytes), comm.backend().c_str(), slowest * 1e3, algbw,
+                algbw * 2.0 * (n - 1) / n);
+  check.detail = text;
+}
+
+// Rank 0 creates run.dir/.hpctrain-doctor with a file; every rank must see it (checkpoints are read
+// by every rank at resume) and write, fsync and read back a file of its own there.
+void check_run_dir(const comm::Bootstrap& bootstrap, const std::string& run_dir, Check& check) {
+  const fs::path probe_dir = fs::path(run_dir) / ".hpctrain-doctor";
+  const bool created_run_dir = !fs::exists(run_dir);
+  std::string failure;
+  if (bootstrap.world_rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(probe_dir, ec);
+    std::ofstream(probe_dir / "rank-0") << "written by rank 0\n";
+    if (ec || !fs::exists(probe_dir / "rank-0")) {
+      failure = "cannot create " + probe_dir.string() + (ec ? ": " + ec.message() : "") +
+                "; choose a run.dir every rank can write (--run.dir=...)";
+    }
+  }
+  const bool root_wrote = bootstrap.all_true(failure.empty());
+  if (root_wrote && bootstrap.world_rank() != 0) {
+    if (!fs::exists(probe_dir / "rank-0")) {
+      failure = "does not see " + (probe_dir / "rank-0").string() + " written by rank 0: run.dir is not "
+                "on a file system shared by all nodes, so a resume cannot read the checkpoints; put "
+                "run.dir on the shared (parallel) file system";
+    } else {
+      const fs::path mine = probe_dir / ("rank-" + std::to_string(bootstrap.world_rank()));
+      const std::string text = "written by rank " + std::to_string(bootstrap.world_rank()) + "\n";
+      {
+        std::ofstream out(mine);
+        out << text;
+      }
+      std::ifstream in(mine);
+      const std::string back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (back != text) failure = "cannot write and read back " + mine.string() + ": check permissions and quota";
+    }
+  }
+  check.passed = agree(bootstrap, failure.empty(), failure, check.detail);
+  bootstrap.barrier();
+  if (bootstrap.world_rank() == 0) {
+    std::error_code ignored;
+    fs::remove_all(probe_dir, ignored);
+    if (created_run_dir) fs::remove(run_dir, ignored);  // empty again: leave no trace
+  }
+  if (check.passed) check.detail = run_dir + ": every rank writes there and sees rank 0's files";
+}
+
+void check_data(const comm::Bootstrap& bootstrap, const config::Config& config, Check& check) {
+  if (config.data.path.empty()) {
+    check.detail = "skipped: no data.path";
+    return;
+  }
+  std::string failure;
+  std::string summary;
+  for (const std::string& split : {config.data.train_split, config.data.eval_split}) {
+    if (split.empty()) continue;
+    try {
+      const data::Split loaded = data::Split::load(config.data.path, split, /*cache_bytes=*/0);
+      (void)loaded.gather({0, loaded.size() - 1});
+      summary += (summary.empty() ? "" : ", ") + split + " (" + std::to_string(loaded.size()) + " samples)";
+    } catch (const std::exception& e) {
+      failure += e.what();
+      break;
+    }
+  }
+  check.passed = agree(bootstrap, failure.empty(), failure, check.detail);
+  if (check.passed) check.detail = config.data.path + ": " + summary + " read on every rank";
+}
+
+void print_report(const std::vector<train::RankFacts>& facts, const std::vector<Check>& checks,
+                  const std::string& versions) {
+  std::printf("%-6s %-24s %-8s %-8s %s\n", "rank", "host", "local", "device", "gpu");
+  for (const auto& f : facts) {
+    std::printf("%-6d %-24s %-8s %-8s %s\n", f.rank, f.host.c_str(),
+                (std::to_string(f.local_rank) + "/" + std::to_string(f.local_size)).c_str(), f.device.c_str(),
+                f.gpu.empty() ? "-" : f.gpu.c_str());
+  }
+  std::printf("\n%s\n\n%-10s %-6s %s\n", versions.c_str(), "check", "result", "detail");
+  int failed = 0;
+  for (const Check& c : checks) {
+    std::printf("%-10s %-6s %s\n", c.name.c_str(), c.passed ? "PASS" : "FAIL", c.detail.c_str());
+    failed += c.passed ? 0 : 1;
+  }
+  if (failed == 0) {
+    std::printf("\ndoctor: all %zu checks passed\n", checks.size());
+  } else {
+    std::printf("\ndoctor: %d of %zu checks FAILED\n", failed, checks.size());
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int run_doctor(const Args& args) {
+  if (wants_help(args)) {
+    std::cout << kUsage;
+    return 0;
+  }
+  const std::vector<config::Flag> flags{{"size-mb", true, "MiB allreduced by the bandwidth check"}};
+  const config::ParsedArgs parsed = config::parse_args(args, flags, true, /*require_complete=*/false);
+  if (!parsed.positionals.empty()) {
+    throw ConfigError("doctor: unexpected argument '" + parsed.positionals.front() + "' (see hpctrain doctor --help)");
+  }
+  const config::Config& config = parsed.config;
+  const std::int64_t size_mb = int_flag(parsed, "doctor", "size-mb", "64");
+  if (size_mb < 1) throw ConfigError("doctor: --size-mb must be at least 1");
+  const bool use_cuda = train::resolve_use_cuda(config.dist.device, train::visible_gpus());
+  comm::validate_backend(config.dist.backend, use_cuda);
+  init_early_logging(config.log);
+  const auto bootstrap = start_mpi(config.log);
+  comm::Bootstrap& b = *bootstrap;
+
+  std::vector<Check> checks;
+  for (const auto& [name, code] : {std::pair{"world", ExitCode::kUsage}, {"devices", ExitCode::kUsage},
+                                   {"allreduce", ExitCode::kComm}, {"bandwidth", ExitCode::kComm},
+                                   {"run.dir", ExitCode::kUsage}, {"data", ExitCode::kData}}) {
+    checks.push_back(Check{name, code, true, ""});
+  }
+  Check& world = checks[0];
+  Check& devices = checks[1];
+
+  // Devices first: a rank whose binding fails still reports, as cpu.
+  c10::Device device = at::kCPU;
+  std::string binding_failure;
+  try {
+    device = train::device_for_rank(use_cuda, b.topology(), config.dist.allow_shared_gpu);
+  } catch (const Error& e) {
+    binding_failure = e.what();
+  }
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::vector<train::RankFacts> facts = train::gather_facts(
+      b, train::local_facts(b.topology(), device, config::to_ini(config), visible ? visible : ""));
+  const auto lines = [](const std::vector<std::string>& problems) {
+    std::string out;
+    for (const auto& p : problems) out += (out.empty() ? "" : "; ") + p;
+    return out;
+  };
+  const std::string world_issues = lines(train::world_problems(facts));
+  world.passed = world_issues.empty();
+  world.detail = world.passed ? std::to_string(b.world_size()) + " rank(s) on " +
+                                    std::to_string(b.topology().node_count) + " node(s), same versions and config"
+                              : world_issues;
+  std::string device_issues = lines(train::device_problems(facts, config.dist.allow_shared_gpu));
+  devices.passed = agree(b, binding_failure.empty(), binding_failure, devices.detail) && device_issues.empty();
+  if (!device_issues.empty()) devices.detail = device_issues;
+  if (devices.passed) devices.detail = use_cuda ? "one GPU per rank" : "cpu on every rank";
+
+  const std::string versions =
+      std::string("hpctrain ") + version() + " | libtorch " + TORCH_VERSION + " | CUDA " + cuda_runtime_version() +
+      " | NCCL " + (comm::nccl_version().empty() ? std::string("not built") : comm::nccl_version()) + " | " +
+      comm::Bootstrap::mpi_library_version() + " | HDF5 " + io::hdf5_version() +
+      (io::hdf5_is_parallel() ? " (parallel)" : " (serial)");
+
+  // Communicators only when the ranks agree on their devices: a mixed job could hang in NCCL's init.
+  if (world.passed && devices.passed) {
+    std::unique_ptr<comm::Communicator> training;
+    std::unique_ptr<comm::Communicator> mpi;
+    std::string failure;
+    try {
+      training = comm::make_communicator(config.dist.backend, b, use_cuda, device.is_cuda() ? device.index() : 0,
+                                         config.dist.timeout_s);
+      if (training->backend() != "mpi") {
+        mpi = comm::make_communicator("mpi", b, use_cuda, device.is_cuda() ? device.index() : 0,
+                                      config.dist.timeout_s);
+      }
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    if (agree(b, failure.empty(), failure, checks[2].detail)) {
+      std::vector<comm::Communicator*> comms{training.get()};
+      if (mpi) comms.push_back(mpi.get());
+      check_allreduce(b, comms, device, checks[2]);
+      check_bandwidth(b, *training, size_mb, device, checks[3]);
+    } else {
+      checks[2].passed = checks[3].passed = false;
+      checks[3].detail = "not measured: no communicator";
+    }
+  } else {
+    checks[2].passed = checks[3].passed = false;
+    checks[2].detail = checks[3].detail = "not run: fix world and devices first";
+  }
+  check_run_dir(b, config.run.dir, checks[4]);
+  check_data(b, config, checks[5]);
+
+  if (b.world_rank() == 0) print_report(facts, checks, versions);
+  // Every rank holds the same verdicts, so every rank exits alike without an abort.
+  std::string failed;
+  int code = 0;
+  for (const Check& c : checks) {
+    if (c.passed) continue;
+    failed += (failed.empty() ? "" : ", ") + c.name;
+    if (code == 0) code = static_cast<int>(c.code);
+  }
+  if (code != 0 && b.world_rank() == 0) {
+    std::fprintf(stderr, "hpctrain: error: doctor: check(s) failed: %s; the table above says what to do\n",
+                 failed.c_str());
+  }
+  return code;
+}
+
+}  // namespace hpctrain::cli

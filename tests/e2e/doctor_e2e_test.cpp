@@ -1,0 +1,89 @@
+// `hpctrain doctor` and the training preflight through the real executable under mpirun.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "process.h"
+#include "hpctrain/core/system.h"
+
+namespace hpctrain::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kBin = HPCTRAIN_BIN;
+const std::string kSource = HPCTRAIN_SOURCE_DIR;
+
+class DoctorEndToEnd : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    work_ = make_temp_dir("doctor");
+    data_ = work_ + "/fashion";
+    const ProcessResult r = run_command(kBin + " prepare fashion-mnist --source /usr/share/datasets/fashion-mnist" +
+                                        " --out " + data_ + " --limit 600");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  static void TearDownTestSuite() { hpctrain::sys::remove_tree(work_); }
+  static std::string work_;
+  static std::string data_;
+};
+
+std::string DoctorEndToEnd::work_;
+std::string DoctorEndToEnd::data_;
+
+TEST_F(DoctorEndToEnd, AHealthyJobPassesEveryCheckAndLeavesNoTrace) {
+  const std::string run_dir = work_ + "/fresh-run";
+  const ProcessResult r =
+      run_command(mpirun(3) + kBin + " doctor --data.path=" + data_ + " --run.dir=" + run_dir + " --size-mb 1");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const char* row : {"0      ", "1      ", "2      "}) {
+    EXPECT_EQ(count_lines_with(r.out, std::string(row) + sys::host_name()), 1) << r.out;
+  }
+  EXPECT_NE(r.out.find("1/3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("libtorch"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("HDF5"), std::string::npos) << r.out;
+  for (const char* check : {"world", "devices", "allreduce", "bandwidth", "run.dir", "data"}) {
+    EXPECT_NE(r.out.find("\n" + std::string(check) + std::string(11 - std::string(check).size(), ' ') + "PASS"),
+              std::string::npos) << check << r.out;
+  }
+  EXPECT_EQ(count_lines_with(r.out, " PASS "), 6) << r.out;
+  EXPECT_NE(r.out.find("doctor: all 6 checks passed"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(run_dir)) << "doctor created the run directory and left it behind";
+}
+
+TEST_F(DoctorEndToEnd, FailedChecksSayWhatToDoAndSetTheExitCode) {
+  const ProcessResult r = run_command(mpirun(2) + kBin + " doctor --data.path=" + work_ + "/missing" +
+                                      " --run.dir=/proc/no-such-dir --size-mb 1");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;  // run.dir comes before data: its kind decides
+  EXPECT_EQ(count_lines_with(r.out, " FAIL "), 2) << r.out;
+  EXPECT_EQ(count_lines_with(r.out, "choose a run.dir every rank can write"), 1) << r.out;
+  EXPECT_EQ(count_lines_with(r.out, "ranks 0, 1 (" + sys::host_name() + "): dataset"), 1) << r.out;
+  EXPECT_EQ(count_lines_with(r.err, "hpctrain: error: doctor: check(s) failed: run.dir, data"), 1) << r.err;
+
+  const ProcessResult data_only = run_command(mpirun(2) + kBin + " doctor --data.path=" + work_ + "/missing" +
+                                              " --run.dir=" + work_ + "/run --size-mb 1");
+  EXPECT_EQ(data_only.exit_code, 3) << data_only.out << data_only.err;
+}
+
+// Ranks started with different overrides (an MPMD launch stands for a node with another config
+// file): the preflight names the rank and stops the job within seconds, before writing anything.
+TEST_F(DoctorEndToEnd, PreflightStopsRanksWithDifferentConfigs) {
+  const std::string run_dir = work_ + "/mixed";
+  const std::string train = kBin + " train --config " + kSource + "/configs/fashion_cnn.ini --data.path=" + data_ +
+                            " --run.dir=" + run_dir + " --data.eval_split= --train.max_steps=2";
+  const ProcessResult r = run_command(mpirun(1) + train + " --optim.lr=0.1 : -np 1 " + train + " --optim.lr=0.2");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(count_lines_with(r.err, "hpctrain: error:"), 1) << r.err;
+  EXPECT_NE(r.err.find("rank 1 (" + sys::host_name() + ") resolved a different config than rank 0"), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(run_dir)) << "the preflight runs before the run directory is created";
+
+  const ProcessResult doctor = run_command(mpirun(1) + kBin + " doctor --run.dir=" + run_dir + " --train.seed=1 : -np 1 " +
+                                           kBin + " doctor --run.dir=" + run_dir + " --train.seed=2");
+  EXPECT_EQ(doctor.exit_code, 2) << doctor.out << doctor.err;
+  EXPECT_NE(doctor.out.find("world      FAIL   rank 1"), std::string::npos) << doctor.out;
+  EXPECT_NE(doctor.out.find("not run: fix world and devices first"), std::string::npos) << doctor.out;
+}
+
+}  // namespace
+}  // namespace hpctrain::testing

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# ctest `jobs_run_local` (label jobs): jobs/run-local.sh, the single-node launcher.
+#  1. --dry-run with pretended GPUs and cores (RUN_LOCAL_GPUS, RUN_LOCAL_CORES): one rank per GPU
+#     with NCCL_DEBUG; on CPU min(cores, 4) ranks of cores/ranks threads each, bound; --np
+#     overrides; --oversubscribe only with more ranks than cores; --binary before $HPCTRAIN;
+#  2. the printed line, eval'ed with mpirun replaced by a function that prints its argv, passes
+#     arguments with spaces, quotes and empty values through unchanged;
+#  3. an unknown option is one `run-local: error:` line and exit 2;
+#  4. a real 3-step training run on 2 ranks through the script exits 0 with a checkpoint.
+#   tests/jobs/run_local_test.sh SOURCE_DIR HPCTRAIN_BINARY
+set -uo pipefail
+
+source_dir=$(realpath "${1:?usage: run_local_test.sh SOURCE_DIR HPCTRAIN_BINARY}")
+bin=$(realpath "${2:?usage: run_local_test.sh SOURCE_DIR HPCTRAIN_BINARY}")
+script="$source_dir/jobs/run-local.sh"
+work=$(mktemp -d /tmp/hpctrain-run-local-test.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+unset NCCL_DEBUG CUDA_VISIBLE_DEVICES HPCTRAIN RUN_LOCAL_GPUS RUN_LOCAL_CORES
+
+dry() { "$script" --dry-run --binary "$bin" "$@"; }
+has() { [[ " $1 " == *" $2 "* ]] || fail "expected '$2' in: $1"; }
+lacks() { [[ " $1 " != *"$2"* ]] || fail "did not expect '$2' in: $1"; }
+
+# 1. The choice of ranks, threads, binding and environment.
+line=$(RUN_LOCAL_GPUS=4 RUN_LOCAL_CORES=16 dry train --config c.ini) || fail "dry run, 4 GPUs: exit $?"
+has "$line" "-np 4"; has "$line" "NCCL_DEBUG=WARN"; has "$line" "--bind-to none"
+has "$line" "$bin train --train.threads=4 --config c.ini"; lacks "$line" "--oversubscribe"
+[ "$(wc -l <<< "$line")" -eq 1 ] || fail "the dry run printed more than one line: $line"
+
+line=$(RUN_LOCAL_GPUS=0 RUN_LOCAL_CORES=8 dry train --config c.ini) || fail "dry run, 8 cores: exit $?"
+has "$line" "-np 4"; has "$line" "--map-by slot:PE=2 --bind-to hwthread"
+has "$line" "--train.threads=2"; lacks "$line" "NCCL_DEBUG"; lacks "$line" "--oversubscribe"
+line=$(RUN_LOCAL_GPUS=0 RUN_LOCAL_CORES=2 dry train) || fail "dry run, 2 cores: exit $?"
+has "$line" "-np 2"; has "$line" "--map-by slot:PE=1"; has "$line" "--train.threads=1"
+line=$(RUN_LOCAL_GPUS=0 RUN_LOCAL_CORES=8 dry data inspect d) || fail "dry run, data inspect: exit $?"
+has "$line" "$bin data inspect d"; lacks "$line" "--train.threads"
+
+line=$(RUN_LOCAL_GPUS=0 RUN_LOCAL_CORES=8 dry --np 3 train) || fail "dry run, --np 3: exit $?"
+has "$line" "-np 3"; has "$line" "--map-by slot:PE=2"; has "$line" "--train.threads=2"
+line=$(RUN_LOCAL_GPUS=4 RUN_LOCAL_CORES=16 dry --np=3 eval) || fail "dry run, --np=3 on GPUs: exit $?"
+has "$line" "-np 3"; has "$line" "--train.threads=5"
+line=$(RUN_LOCAL_GPUS=0 RUN_LOCAL_CORES=2 dry --np 3 train --train.threads=7) || fail "dry run, 3 on 2: exit $?"
+has "$line" "-np 3"; has "$line" "--oversubscribe --bind-to none"; has "$line" "$bin train --train.threads=7"
+
+line=$(HPCTRAIN=/nonexistent RUN_LOCAL_GPUS=0 dry train) || fail "--binary did not take precedence over HPCTRAIN"
+has "$line" "$bin train"
+line=$(HPCTRAIN="$bin" RUN_LOCAL_GPUS=0 "$script" --dry-run train) || fail "dry run with HPCTRAIN: exit $?"
+has "$line" "$bin train"
+
+# 2. The printed line is one a shell runs with the same arguments and environment.
+# shellcheck disable=SC2016  # '$HOME' must reach hpctrain unexpanded
+args=(--config "configs/with space.ini" "--run.dir=/tmp/a b" "it's" "" '$HOME' 'a"b' '*')
+line=$(RUN_LOCAL_GPUS=1 RUN_LOCAL_CORES=2 dry train "${args[@]}") || fail "dry run with spaces: exit $?"
+# shellcheck disable=SC2317  # the stub is called by the eval'ed line
+mapfile -t argv < <(mpirun() { echo "NCCL_DEBUG=$NCCL_DEBUG"; printf '%s\n' "$@"; }; cd "$work" && eval "$line")
+[ "${argv[0]:-}" = NCCL_DEBUG=WARN ] || fail "eval of the printed line did not set NCCL_DEBUG: $line"
+expected=("$bin" train --train.threads=2 "${args[@]}")
+tail=("${argv[@]: -${#expected[@]}}")
+[ "${tail[*]@Q}" = "${expected[*]@Q}" ] ||
+  fail "the printed line does not round-trip: got ${tail[*]@Q}, want ${expected[*]@Q} (line: $line)"
+
+# 3. Usage errors.
+out=$("$script" --bogus train 2>&1); status=$?
+[ "$status" -eq 2 ] || fail "an unknown option exited $status, not 2"
+{ [ "$(wc -l <<< "$out")" -eq 1 ] && [[ "$out" == "run-local: error: "* ]]; } ||
+  fail "an unknown option did not print one 'run-local: error:' line: $out"
+
+# 4. A real run.
+"$bin" prepare fashion-mnist --source /usr/share/datasets/fashion-mnist --out "$work/data" --limit 600 \
+  > "$work/prepare.log" 2>&1 || fail "prepare: $(cat "$work/prepare.log")"
+(cd "$source_dir" && RUN_LOCAL_GPUS=0 RUN_LOCAL_CORES=2 "$script" --binary "$bin" train \
+   --config configs/fashion_cnn.ini --data.path="$work/data" --run.dir="$work/run" --train.max_steps=3 \
+   --data.eval_split=) > "$work/train.log" 2>&1 || fail "the real run exited $?: $(cat "$work/train.log")"
+grep -q "^run-local: .*mpirun -np 2 " "$work/train.log" || fail "the real run did not print its command line"
+[ -f "$work/run/checkpoints/ckpt-3.h5" ] || fail "the real run left no checkpoints/ckpt-3.h5"
+echo "run_local_test: GPU/CPU rank choice, --np, quoting round-trip, usage error and a 2-rank run all pass"
