@@ -17,6 +17,7 @@ packages=(
   zlib1g-dev                         # gzipped IDX files
   dataset-fashion-mnist              # the quick start's data
   slurmctld slurmd slurm-client munge libpmix-dev  # a real Slurm for the tests (srun --mpi=pmix)
+  iproute2                           # network namespaces as "nodes" for the multi-node test
 )
 
 missing=()

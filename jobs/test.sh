@@ -12,6 +12,13 @@ log=$(mktemp)
 ctest --test-dir build/dev --output-on-failure --timeout 900 "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -n 1)
+# A test that could not run here (Slurm or namespaces unavailable) says why, never silently:
+# its SKIP: line is in ctest's log of every test's output.
+skipped=$(sed -nE 's/^\s*[0-9]+ - ([A-Za-z0-9_.]+) \(Skipped\)$/\1/p' "$log" | tr '\n' ' ')
+if [ -n "$skipped" ]; then
+  echo "skipped: $skipped"
+  grep '^SKIP:' build/dev/Testing/Temporary/LastTest.log || true
+fi
 rm -f "$log"
 if [ -z "$summary" ]; then
   echo "0 passed, 1 failed"

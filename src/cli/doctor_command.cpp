@@ -254,7 +254,7 @@ int run_doctor(const Args& args) {
   const bool use_cuda = train::resolve_use_cuda(config.dist.device, train::visible_gpus());
   comm::validate_backend(config.dist.backend, use_cuda);
   init_early_logging(config.log);
-  const auto bootstrap = start_mpi(config.log);
+  const auto bootstrap = start_mpi(config.log, config.dist.timeout_s);
   comm::Bootstrap& b = *bootstrap;
 
   std::vector<Check> checks;

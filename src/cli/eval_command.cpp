@@ -41,7 +41,7 @@ int run_eval(const Args& args) {
   train::TrainingSetup setup = train::prepare_training(parsed.config, /*need_train_split=*/false);
   const ckpt::CheckpointMeta meta = ckpt::read_checkpoint(path, train::model_state(*setup.model));
 
-  const auto bootstrap = start_mpi(parsed.config.log);
+  const auto bootstrap = start_mpi(parsed.config.log, parsed.config.dist.timeout_s);
   log_banner(*bootstrap, setup.threads);
   const c10::Device device = train::device_for_rank(setup.use_cuda, bootstrap->topology(),
                                                     parsed.config.dist.allow_shared_gpu);

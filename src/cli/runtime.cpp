@@ -2,7 +2,12 @@
 
 #include <torch/version.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <thread>
 
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/core/error.h"
@@ -20,13 +25,89 @@ void init_early_logging(const config::LogConfig& log_config) {
   log::init_console(who, log_config.all_ranks, log::parse_level(log_config.level));
 }
 
-std::unique_ptr<comm::Bootstrap> start_mpi(const config::LogConfig& log_config) {
-  auto bootstrap = std::make_unique<comm::Bootstrap>(nullptr, nullptr);
+namespace {
+
+// Note [Join watchdog]: a rank that never starts (it crashed or hangs on a file system before MPI,
+// or was never launched) leaves the others waiting in MPI_Init or the first collective, neither
+// of which has a timeout. A thread gives start-up `seconds`; past that this rank says so and exits
+// with the communication code, and the launcher ends the job instead of letting it hang.
+class JoinWatchdog {
+ public:
+  explicit JoinWatchdog(double seconds)
+      : thread_([this, seconds] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          const auto limit = std::chrono::duration<double>(seconds);
+          if (cv_.wait_for(lock, limit, [this] { return joined_; })) return;
+          std::fprintf(stderr,
+                       "hpctrain: error: [rank %d %s] not every rank joined within dist.timeout_s=%g s of "
+                       "start-up: a rank crashed or hangs before MPI started (a file system, a node) or "
+                       "was never launched; see the other ranks' output, or raise --dist.timeout_s\n",
+                       comm::Bootstrap::launcher_rank(), sys::host_name().c_str(), seconds);
+          std::fflush(stderr);
+          std::_Exit(static_cast<int>(ExitCode::kComm));
+        }) {}
+  JoinWatchdog(const JoinWatchdog&) = delete;
+  JoinWatchdog& operator=(const JoinWatchdog&) = delete;
+  ~JoinWatchdog() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      joined_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool joined_ = false;
+  std::thread thread_;  // last: starts once the members it uses exist
+};
+
+// How many ranks the launcher started, from its environment: 0 when not launched as a rank.
+int launcher_world_size() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (const char* value = std::getenv(var)) return std::atoi(value);
+  }
+  if (std::getenv("SLURM_STEP_ID") != nullptr) {
+    if (const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS")) return std::atoi(tasks);
+  }
+  return 0;
+}
+
+// A world that is not the one the user launched: N singletons from a launcher of another MPI
+// library would each train alone and write over one another's run directory.
+void check_launch(int world_size) {
+  const int launched = launcher_world_size();
+  if (launched > 0 && launched != world_size) {
+    throw ConfigError("the launcher started " + std::to_string(launched) + " ranks, but MPI sees a world of " +
+                      std::to_string(world_size) + ": hpctrain's MPI library (" +
+                      comm::Bootstrap::mpi_library_version() + ") is not the launcher's; use that "
+                      "library's mpirun, or srun with its plugin (srun --mpi=list; pmix for Open MPI)");
+  }
+  const char* tasks = std::getenv("SLURM_NTASKS");
+  if (launched == 0 && world_size == 1 && tasks != nullptr && std::atoi(tasks) > 1) {
+    throw ConfigError("hpctrain runs as a single process, but this Slurm job has SLURM_NTASKS=" +
+                      std::string(tasks) + " tasks: start it with srun (or mpirun) so that every task "
+                      "becomes a rank, as slurm/train.sbatch does");
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<comm::Bootstrap> start_mpi(const config::LogConfig& log_config, double join_timeout_s) {
+  std::unique_ptr<comm::Bootstrap> bootstrap;
+  {
+    const JoinWatchdog watchdog(join_timeout_s);
+    bootstrap = std::make_unique<comm::Bootstrap>(nullptr, nullptr);
+    bootstrap->barrier();  // every rank is here
+  }
   log::Identity who;
   who.world_rank = bootstrap->world_rank();
   who.world_size = bootstrap->world_size();
   who.host = sys::host_name();
   log::init_console(who, log_config.all_ranks, log::parse_level(log_config.level));
+  check_launch(bootstrap->world_size());
   return bootstrap;
 }
 

@@ -16,8 +16,10 @@ namespace hpctrain::cli {
 // Console logging before MPI starts: rank from the launcher's environment, so only rank 0 talks.
 void init_early_logging(const config::LogConfig& log_config);
 
-// Starts MPI and re-initializes logging with the rank's identity. Collective.
-std::unique_ptr<comm::Bootstrap> start_mpi(const config::LogConfig& log_config);
+// Starts MPI, waits until every rank has joined, and re-initializes logging with the rank's
+// identity. Collective. A rank that has not seen every rank join within `join_timeout_s` exits
+// with code 5 (Note [Join watchdog]); a world that is not the launcher's is a ConfigError.
+std::unique_ptr<comm::Bootstrap> start_mpi(const config::LogConfig& log_config, double join_timeout_s = 300);
 
 // Rank 0: versions, world/local sizes, nodes and hosts, threads. Every rank: its binding, in its log.
 void log_banner(const comm::Bootstrap& bootstrap, int threads);

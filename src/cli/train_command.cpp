@@ -40,7 +40,7 @@ int run_train(const Args& args) {
   // and before anything is written.
   train::TrainingSetup setup = train::prepare_training(config, /*need_train_split=*/true);
 
-  const auto bootstrap = start_mpi(config.log);
+  const auto bootstrap = start_mpi(config.log, config.dist.timeout_s);
   // All ranks agree on versions, config and GPU binding before anything is written.
   train::preflight(*bootstrap, train::device_for_rank(setup.use_cuda, bootstrap->topology(), config.dist.allow_shared_gpu),
                    resolved, config.dist.allow_shared_gpu);

@@ -32,6 +32,10 @@ bool resolve_use_cuda(const std::string& device_option, int visible_gpus) {
 
 int gpu_for_local_rank(int local_rank, int local_size, int visible_gpus, bool allow_shared) {
   HT_CHECK(visible_gpus > 0 && local_rank >= 0 && local_rank < local_size, "bad GPU mapping input");
+  // One visible GPU per rank is how sites that bind a GPU to each task (srun --gpus-per-task=1,
+  // --gpu-bind) present them: every rank's GPU 0 is a different device. Whether two ranks really
+  // share one is decided by the preflight, which compares the physical GPUs (preflight.h).
+  if (visible_gpus == 1) return 0;
   if (local_size > visible_gpus && !allow_shared) {
     throw ConfigError(std::to_string(local_size) + " ranks on this node but " +
                       std::to_string(visible_gpus) + " visible GPU(s) (CUDA_VISIBLE_DEVICES=" +

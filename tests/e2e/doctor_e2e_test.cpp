@@ -1,7 +1,9 @@
 // `hpctrain doctor` and the training preflight through the real executable under mpirun.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 
 #include "process.h"
 #include "hpctrain/core/system.h"
@@ -83,6 +85,39 @@ TEST_F(DoctorEndToEnd, PreflightStopsRanksWithDifferentConfigs) {
   EXPECT_EQ(doctor.exit_code, 2) << doctor.out << doctor.err;
   EXPECT_NE(doctor.out.find("world      FAIL   rank 1"), std::string::npos) << doctor.out;
   EXPECT_NE(doctor.out.find("not run: fix world and devices first"), std::string::npos) << doctor.out;
+}
+
+// Launch mistakes: each a single line, exit code, nothing written, and no hang.
+TEST_F(DoctorEndToEnd, LaunchMistakesAreOneLineErrors) {
+  const std::string run_dir = work_ + "/launch";
+  const std::string train = " train --config " + kSource + "/configs/fashion_cnn.ini --data.path=" + data_ +
+                            " --run.dir=" + run_dir + " --data.eval_split= --train.max_steps=2";
+  // hpctrain started by the batch script itself, not by srun, in a job of 4 tasks.
+  const ProcessResult batch = run_command("env SLURM_JOB_ID=7 SLURM_NTASKS=4 " + kBin + train);
+  EXPECT_EQ(batch.exit_code, 2) << batch.err;
+  EXPECT_EQ(count_lines_with(batch.err, "hpctrain: error:"), 1) << batch.err;
+  EXPECT_NE(batch.err.find("SLURM_NTASKS=4 tasks: start it with srun"), std::string::npos) << batch.err;
+  EXPECT_FALSE(fs::exists(run_dir));
+
+  // A launcher that announced 3 ranks to a process whose MPI sees only itself.
+  const ProcessResult foreign = run_command("env PMI_SIZE=3 " + kBin + train);
+  EXPECT_EQ(foreign.exit_code, 2) << foreign.err;
+  EXPECT_NE(foreign.err.find("the launcher started 3 ranks, but MPI sees a world of 1"), std::string::npos)
+      << foreign.err;
+  EXPECT_FALSE(fs::exists(run_dir));
+
+  // Rank 1 never reaches MPI (a hung file system, say): rank 0 gives up after dist.timeout_s.
+  const std::string late = work_ + "/late-rank.sh";
+  std::ofstream(late) << "#!/bin/sh\n[ \"$OMPI_COMM_WORLD_RANK\" = 1 ] && sleep 120\nexec " << kBin << " \"$@\"\n";
+  fs::permissions(late, fs::perms::owner_all);
+  const auto start = std::chrono::steady_clock::now();
+  const ProcessResult hung = run_command(mpirun(2) + late + train + " --dist.timeout_s=3");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(hung.exit_code, 5) << hung.err;
+  EXPECT_NE(hung.err.find("hpctrain: error: [rank 0 " + sys::host_name() +
+                          "] not every rank joined within dist.timeout_s=3 s"), std::string::npos) << hung.err;
+  EXPECT_LT(seconds, 60) << "the job waited for the missing rank";
+  EXPECT_FALSE(fs::exists(run_dir));
 }
 
 }  // namespace

@@ -56,6 +56,11 @@ TEST(Device, MoreRanksThanGpusIsAnErrorUnlessShared) {
   EXPECT_EQ(gpu_for_local_rank(2, 3, 2, true), 0);
 }
 
+TEST(Device, ARankThatSeesOneGpuTakesIt) {
+  // srun --gpus-per-task=1: each of 4 ranks on a node sees its own GPU as device 0.
+  for (int local = 0; local < 4; ++local) EXPECT_EQ(gpu_for_local_rank(local, 4, 1, false), 0);
+}
+
 TEST(Device, ComputeDeviceNamesTheGpu) {
   EXPECT_EQ(compute_device(false, 3).str(), "cpu");
   EXPECT_EQ(compute_device(true, 3).str(), "cuda:3");

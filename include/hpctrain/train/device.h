@@ -16,8 +16,9 @@ namespace hpctrain::train {
 bool resolve_use_cuda(const std::string& device_option, int visible_gpus);
 
 // The GPU of the rank with node-local rank `local_rank` among `local_size` ranks on its node: GPU
-// `local_rank`, or round-robin when `allow_shared`. Throws ConfigError when the node has more
-// ranks than GPUs and sharing is not allowed.
+// `local_rank`, or round-robin when `allow_shared`; GPU 0 when the rank sees exactly one (a GPU
+// bound per task; the preflight refuses two ranks on one physical GPU). Throws ConfigError when
+// the node has more ranks than GPUs (and more than one is visible) and sharing is not allowed.
 int gpu_for_local_rank(int local_rank, int local_size, int visible_gpus, bool allow_shared);
 
 // GPUs libtorch can use in this process (0 with a CPU-only libtorch); honours CUDA_VISIBLE_DEVICES.

@@ -132,7 +132,12 @@ NcclCommunicator::NcclCommunicator(Bootstrap& bootstrap, int device, double time
   }
   bootstrap.broadcast_bytes(bytes, 0);
   std::memcpy(&id, bytes.data(), sizeof(id));
-  HT_NCCL_CHECK(ncclCommInitRank(&state_->comm, size_, id, rank_));
+  const ncclResult_t init = ncclCommInitRank(&state_->comm, size_, id, rank_);
+  if (init != ncclSuccess) {
+    throw CommError(std::string("NCCL could not create its communicator: ") + ncclGetErrorString(init) + " (" +
+                    log::where() + "); rerun with NCCL_DEBUG=INFO to see why (often NCCL_SOCKET_IFNAME "
+                    "names no usable interface), or train over MPI with --dist.backend=mpi");
+  }
   HT_CUDA_CHECK(cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking));
   bootstrap.barrier();
 }
