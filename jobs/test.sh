@@ -15,9 +15,11 @@ summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$l
 # A test that could not run here (Slurm or namespaces unavailable) says why, never silently:
 # its SKIP: line is in ctest's log of every test's output.
 skipped=$(sed -nE 's/^\s*[0-9]+ - ([A-Za-z0-9_.]+) \(Skipped\)$/\1/p' "$log" | tr '\n' ' ')
+skipped_count=0
 if [ -n "$skipped" ]; then
   echo "skipped: $skipped"
   grep '^SKIP:' build/dev/Testing/Temporary/LastTest.log || true
+  skipped_count=$(echo "$skipped" | wc -w)
 fi
 rm -f "$log"
 if [ -z "$summary" ]; then
@@ -26,5 +28,6 @@ if [ -z "$summary" ]; then
 fi
 failed=$(echo "$summary" | sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\1/')
 total=$(echo "$summary" | sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\2/')
-echo "$((total - failed)) passed, $failed failed"
+# The last line keeps its form; skipped tests are not counted as passed.
+echo "$((total - failed - skipped_count)) passed, $failed failed"
 exit "$status"

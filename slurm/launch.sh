@@ -31,7 +31,10 @@ hpctrain_launch() {
   trap - USR1
   if [ "$status" -eq 75 ]; then
     echo "hpctrain: stopped with a checkpoint (exit 75); requeueing job ${SLURM_JOB_ID}"
-    scontrol requeue "${SLURM_JOB_ID}"
+    if ! scontrol requeue "${SLURM_JOB_ID}"; then
+      echo "hpctrain: scontrol requeue failed (requeue not allowed here?); resubmit to resume" >&2
+      return 75
+    fi
     return 0
   fi
   return "$status"

@@ -12,6 +12,7 @@
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/units.h"
 #include "hpctrain/train/device.h"
+#include "hpctrain/train/preflight.h"
 #include "runtime.h"
 
 namespace hpctrain::cli {
@@ -93,8 +94,9 @@ int bench_comm(const config::ParsedArgs& parsed) {
   config::LogConfig log_config;
   log_config.level = "info";
   init_early_logging(log_config);
-  const auto bootstrap = start_mpi(log_config);
+  const auto bootstrap = start_mpi(log_config, default_timeout_s());
   const c10::Device device = train::device_for_rank(cuda, bootstrap->topology(), false);
+  train::check_devices(*bootstrap, device, /*allow_shared_gpu=*/false);  // shared GPUs would skew it
   const auto comm = comm::make_communicator(backend, *bootstrap, cuda, cuda ? device.index() : 0);
   const int n = comm->size();
   const double bus_factor = 2.0 * (n - 1) / n;

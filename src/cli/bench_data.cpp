@@ -155,7 +155,7 @@ int bench_data_io(const std::string& dir, const std::string& split_name, std::in
   config::LogConfig log_config;
   log_config.level = "info";
   init_early_logging(log_config);
-  const auto bootstrap = start_mpi(log_config);
+  const auto bootstrap = start_mpi(log_config, default_timeout_s());
   const auto slowest = [&](double seconds) {
     std::vector<float> all(static_cast<size_t>(bootstrap->world_size()), 0.0f);
     all[static_cast<size_t>(bootstrap->world_rank())] = static_cast<float>(seconds);

@@ -16,6 +16,7 @@
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/device.h"
+#include "hpctrain/train/preflight.h"
 #include "runtime.h"
 
 namespace hpctrain::cli {
@@ -78,8 +79,9 @@ int bench_step(const config::ParsedArgs& parsed) {
   config::LogConfig log_config;
   log_config.level = "info";
   init_early_logging(log_config);
-  const auto bootstrap = start_mpi(log_config);
+  const auto bootstrap = start_mpi(log_config, default_timeout_s());
   const c10::Device device = train::device_for_rank(use_cuda, bootstrap->topology(), false);
+  train::check_devices(*bootstrap, device, /*allow_shared_gpu=*/false);  // shared GPUs would skew it
   const auto comm = comm::make_communicator("auto", *bootstrap, use_cuda, use_cuda ? device.index() : 0);
   torch::manual_seed(7 + static_cast<std::uint64_t>(bootstrap->world_rank()));
   net->module().to(device);

@@ -45,7 +45,7 @@ int run_eval(const Args& args) {
   log_banner(*bootstrap, setup.threads);
   const c10::Device device = train::device_for_rank(setup.use_cuda, bootstrap->topology(),
                                                     parsed.config.dist.allow_shared_gpu);
-  train::preflight(*bootstrap, device, config::to_ini(parsed.config), parsed.config.dist.allow_shared_gpu);
+  train::preflight(*bootstrap, device, parsed.config);
   setup.model->module().to(device);
   const auto comm = comm::make_communicator(parsed.config.dist.backend, *bootstrap, setup.use_cuda,
                                             device.is_cuda() ? device.index() : 0,

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "hpctrain/comm/communicator.h"
+#include "hpctrain/config/option_table.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/system.h"
@@ -76,8 +77,9 @@ int launcher_world_size() {
 }
 
 // A world that is not the one the user launched: N singletons from a launcher of another MPI
-// library would each train alone and write over one another's run directory.
-void check_launch(int world_size) {
+// library would each train alone and write over one another's run directory. `whole_allocation`:
+// the command should span the Slurm job's tasks (train, doctor), unlike a one-process eval.
+void check_launch(int world_size, bool whole_allocation) {
   const int launched = launcher_world_size();
   if (launched > 0 && launched != world_size) {
     throw ConfigError("the launcher started " + std::to_string(launched) + " ranks, but MPI sees a world of " +
@@ -86,7 +88,7 @@ void check_launch(int world_size) {
                       "library's mpirun, or srun with its plugin (srun --mpi=list; pmix for Open MPI)");
   }
   const char* tasks = std::getenv("SLURM_NTASKS");
-  if (launched == 0 && world_size == 1 && tasks != nullptr && std::atoi(tasks) > 1) {
+  if (whole_allocation && launched == 0 && world_size == 1 && tasks != nullptr && std::atoi(tasks) > 1) {
     throw ConfigError("hpctrain runs as a single process, but this Slurm job has SLURM_NTASKS=" +
                       std::string(tasks) + " tasks: start it with srun (or mpirun) so that every task "
                       "becomes a rank, as slurm/train.sbatch does");
@@ -95,7 +97,8 @@ void check_launch(int world_size) {
 
 }  // namespace
 
-std::unique_ptr<comm::Bootstrap> start_mpi(const config::LogConfig& log_config, double join_timeout_s) {
+std::unique_ptr<comm::Bootstrap> start_mpi(const config::LogConfig& log_config, double join_timeout_s,
+                                           bool whole_allocation) {
   std::unique_ptr<comm::Bootstrap> bootstrap;
   {
     const JoinWatchdog watchdog(join_timeout_s);
@@ -107,8 +110,12 @@ std::unique_ptr<comm::Bootstrap> start_mpi(const config::LogConfig& log_config, 
   who.world_size = bootstrap->world_size();
   who.host = sys::host_name();
   log::init_console(who, log_config.all_ranks, log::parse_level(log_config.level));
-  check_launch(bootstrap->world_size());
+  check_launch(bootstrap->world_size(), whole_allocation);
   return bootstrap;
+}
+
+double default_timeout_s() {
+  return std::stod(config::find_option("dist.timeout_s")->default_text.value());
 }
 
 void log_banner(const comm::Bootstrap& bootstrap, int threads) {

@@ -18,8 +18,14 @@ void init_early_logging(const config::LogConfig& log_config);
 
 // Starts MPI, waits until every rank has joined, and re-initializes logging with the rank's
 // identity. Collective. A rank that has not seen every rank join within `join_timeout_s` exits
-// with code 5 (Note [Join watchdog]); a world that is not the launcher's is a ConfigError.
-std::unique_ptr<comm::Bootstrap> start_mpi(const config::LogConfig& log_config, double join_timeout_s = 300);
+// with code 5 (Note [Join watchdog]); a world that is not the launcher's is a ConfigError, and so
+// is, for a command meant to span the job (`whole_allocation`), one process in a Slurm job of
+// several tasks.
+std::unique_ptr<comm::Bootstrap> start_mpi(const config::LogConfig& log_config, double join_timeout_s,
+                                           bool whole_allocation = false);
+
+// dist.timeout_s's default, for commands that take no config (bench).
+double default_timeout_s();
 
 // Rank 0: versions, world/local sizes, nodes and hosts, threads. Every rank: its binding, in its log.
 void log_banner(const comm::Bootstrap& bootstrap, int threads);

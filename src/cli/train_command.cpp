@@ -40,10 +40,10 @@ int run_train(const Args& args) {
   // and before anything is written.
   train::TrainingSetup setup = train::prepare_training(config, /*need_train_split=*/true);
 
-  const auto bootstrap = start_mpi(config.log, config.dist.timeout_s);
+  const auto bootstrap = start_mpi(config.log, config.dist.timeout_s, /*whole_allocation=*/true);
   // All ranks agree on versions, config and GPU binding before anything is written.
   train::preflight(*bootstrap, train::device_for_rank(setup.use_cuda, bootstrap->topology(), config.dist.allow_shared_gpu),
-                   resolved, config.dist.allow_shared_gpu);
+                   config);
   // From here a stop signal becomes a checkpoint and exit 75 at the next step boundary.
   sys::install_stop_handlers(sys::parse_signal_list(config.ckpt.signals));
   const train::RunDirectory run_dir(config.run.dir);

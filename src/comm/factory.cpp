@@ -8,6 +8,7 @@
 #define HT_WITH_NCCL 0
 #endif
 #if HT_WITH_NCCL
+#include <cuda_runtime.h>
 #include <nccl.h>
 
 #include "nccl/nccl_communicator.h"
@@ -57,6 +58,19 @@ std::string resolve_backend(const std::string& backend, bool cuda) {
 }
 
 }  // namespace
+
+std::string gpu_bus_id([[maybe_unused]] int device) {
+#if HT_WITH_NCCL
+  char id[32] = {};
+  if (cudaDeviceGetPCIBusId(id, sizeof(id), device) != cudaSuccess) {
+    cudaGetLastError();  // clear it: the caller falls back to CUDA_VISIBLE_DEVICES
+    return "";
+  }
+  return id;
+#else
+  return "";
+#endif
+}
 
 void validate_backend(const std::string& backend, bool cuda) { resolve_backend(backend, cuda); }
 

@@ -215,11 +215,33 @@ std::vector<Option> build_table() {
           in_unit_interval()),
       row("optim.eps", &C::optim, &OptimConfig::eps, "1e-08", "Denominator epsilon of adamw.",
           positive()),
+      row("optim.nesterov", &C::optim, &OptimConfig::nesterov, "false",
+          "Nesterov momentum for sgd (needs optim.momentum > 0)."),
+      row("optim.decay_bias_and_norm", &C::optim, &OptimConfig::decay_bias_and_norm, "true",
+          "Apply optim.weight_decay to biases and normalization weights (the one-dimensional "
+          "parameters) too; false exempts them, as most transformer recipes do."),
+      row("optim.clip_grad_norm", &C::optim, &OptimConfig::clip_grad_norm, "0",
+          "Clip the gradients' global L2 norm to this value after they are averaged over the "
+          "ranks (so every rank clips alike); 0: no clipping.",
+          at_least(0.0)),
+      row("optim.lr_scaling", &C::optim, &OptimConfig::lr_scaling, "none",
+          "Scale optim.lr with the global batch (ranks x train.batch_size x accumulation) "
+          "relative to optim.base_batch: linear (lr x global/base), sqrt, or none.",
+          one_of({"none", "linear", "sqrt"})),
+      row("optim.base_batch", &C::optim, &OptimConfig::base_batch, "0",
+          "The global batch optim.lr was tuned for; required by optim.lr_scaling.",
+          at_least<I>(0)),
 
       row("optim.schedule", &C::optim, &OptimConfig::schedule, "constant",
-          "Learning-rate schedule after the warmup: constant, or cosine decay to 0 at "
-          "optim.decay_steps.",
-          one_of({"constant", "cosine"})),
+          "Learning-rate schedule after the warmup: constant; step (x optim.step_gamma every "
+          "optim.step_every steps); or cosine decay to 0 at optim.decay_steps.",
+          one_of({"constant", "step", "cosine"})),
+      row("optim.step_every", &C::optim, &OptimConfig::step_every, "0",
+          "Step schedule: optimizer steps (after the warmup) between learning-rate drops; "
+          "required by optim.schedule=step.",
+          at_least<I>(0)),
+      row("optim.step_gamma", &C::optim, &OptimConfig::step_gamma, "0.1",
+          "Step schedule: the factor applied to the learning rate at each drop.", positive()),
       row("optim.warmup_steps", &C::optim, &OptimConfig::warmup_steps, "0",
           "Optimizer steps of linear warmup, from optim.lr / warmup_steps up to optim.lr.",
           at_least<I>(0)),
@@ -251,6 +273,15 @@ std::vector<Option> build_table() {
       row("train.drop_last", &C::train, &TrainConfig::drop_last, "false",
           "Drop an epoch's last partial global batch; when false it is padded and the padding "
           "is masked out of the loss, so every sample counts exactly once."),
+      row("train.global_batch", &C::train, &TrainConfig::global_batch, "0",
+          "Samples per optimizer step over all ranks. When set, the accumulation steps follow "
+          "from it (global_batch / (world size x train.batch_size), which must divide), so a run "
+          "resumed on another number of ranks keeps its global batch and learning rate; 0: "
+          "train.accum_steps decides.",
+          at_least<I>(0)),
+      row("train.label_smoothing", &C::train, &TrainConfig::label_smoothing, "0",
+          "Label smoothing of the training loss (cross-entropy against (1-e) one-hot + e/classes).",
+          in_unit_interval()),
 
       row("dist.bucket_mb", &C::dist, &DistConfig::bucket_mb, "25",
           "Gradients are reduced in buckets of about this many MiB, in reverse parameter order, "

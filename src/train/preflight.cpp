@@ -7,8 +7,11 @@
 #include <map>
 #include <sstream>
 
+#include "hpctrain/comm/communicator.h"
+#include "hpctrain/config/parser.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/version.h"
+#include "hpctrain/train/global_batch.h"
 
 namespace hpctrain::train {
 namespace {
@@ -29,7 +32,7 @@ std::string fnv1a_hex(const std::string& text) {
 std::string encode(const RankFacts& f) {
   std::string out;
   for (const std::string& field :
-       {std::to_string(f.rank), std::to_string(f.world_size), f.host, std::to_string(f.local_rank),
+       {std::to_string(f.rank), f.host, std::to_string(f.local_rank),
         std::to_string(f.local_size), f.device, f.gpu, f.version, f.config_hash}) {
     out += field;
     out += kSeparator;
@@ -48,17 +51,16 @@ RankFacts decode(const std::string& text) {
       field += c;
     }
   }
-  HT_CHECK(fields.size() == 9, "rank facts with " + std::to_string(fields.size()) + " fields");
+  HT_CHECK(fields.size() == 8, "rank facts with " + std::to_string(fields.size()) + " fields");
   RankFacts f;
   f.rank = std::stoi(fields[0]);
-  f.world_size = std::stoi(fields[1]);
-  f.host = fields[2];
-  f.local_rank = std::stoi(fields[3]);
-  f.local_size = std::stoi(fields[4]);
-  f.device = fields[5];
-  f.gpu = fields[6];
-  f.version = fields[7];
-  f.config_hash = fields[8];
+  f.host = fields[1];
+  f.local_rank = std::stoi(fields[2]);
+  f.local_size = std::stoi(fields[3]);
+  f.device = fields[4];
+  f.gpu = fields[5];
+  f.version = fields[6];
+  f.config_hash = fields[7];
   return f;
 }
 
@@ -77,16 +79,15 @@ std::string physical_gpu(const std::string& visible_devices, int index) {
 
 }  // namespace
 
-RankFacts local_facts(const comm::Topology& topology, const c10::Device& device,
-                      const std::string& config_text, const std::string& visible_devices) {
+RankFacts local_facts(const comm::Topology& topology, const c10::Device& device, const std::string& config_text,
+                      const std::string& bus_id, const std::string& visible_devices) {
   RankFacts f;
   f.rank = topology.world_rank;
-  f.world_size = topology.world_size;
   f.host = topology.hosts.at(static_cast<size_t>(topology.world_rank));
   f.local_rank = topology.local_rank;
   f.local_size = topology.local_size;
   f.device = device.str();
-  f.gpu = device.is_cuda() ? physical_gpu(visible_devices, device.index()) : "";
+  if (device.is_cuda()) f.gpu = bus_id.empty() ? physical_gpu(visible_devices, device.index()) : bus_id;
   f.version = std::string("hpctrain ") + version() + ", libtorch " + TORCH_VERSION;
   f.config_hash = fnv1a_hex(config_text);
   return f;
@@ -98,16 +99,19 @@ std::vector<RankFacts> gather_facts(const comm::Bootstrap& bootstrap, const Rank
   return facts;
 }
 
+std::vector<RankFacts> gather_job_facts(const comm::Bootstrap& bootstrap, const c10::Device& device,
+                                        const config::Config& config) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string bus_id = device.is_cuda() ? comm::gpu_bus_id(device.index()) : "";
+  return gather_facts(bootstrap, local_facts(bootstrap.topology(), device, config::to_ini(config), bus_id,
+                                             visible != nullptr ? visible : ""));
+}
+
 std::vector<std::string> world_problems(const std::vector<RankFacts>& facts) {
   std::vector<std::string> problems;
   if (facts.empty()) return problems;
   const RankFacts& root = facts.front();
   for (const RankFacts& f : facts) {
-    if (f.world_size != static_cast<int>(facts.size())) {
-      problems.push_back(who(f) + " sees a world of " + std::to_string(f.world_size) + " ranks, not " +
-                         std::to_string(facts.size()) + ": ranks of different launches were mixed; "
-                         "start all ranks with one mpirun or srun");
-    }
     if (f.version != root.version) {
       problems.push_back(who(f) + " runs " + f.version + ", rank 0 runs " + root.version +
                          ": install the same build on every node");
@@ -143,21 +147,37 @@ std::vector<std::string> device_problems(const std::vector<RankFacts>& facts, bo
   return problems;
 }
 
-void preflight(const comm::Bootstrap& bootstrap, const c10::Device& device, const std::string& config_text,
-               bool allow_shared_gpu) {
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  const RankFacts mine = local_facts(bootstrap.topology(), device, config_text, visible ? visible : "");
-  const std::vector<RankFacts> facts = gather_facts(bootstrap, mine);
-  std::vector<std::string> problems = world_problems(facts);
-  for (std::string& p : device_problems(facts, allow_shared_gpu)) problems.push_back(std::move(p));
+namespace {
+
+// Every rank found the same `problems`: rank 0 throws them as one ConfigError, the others wait in
+// a barrier for its MPI_Abort, so the job prints one line.
+void fail_together(const comm::Bootstrap& bootstrap, const std::vector<std::string>& problems,
+                   const std::string& prefix) {
   if (problems.empty()) return;
-  if (bootstrap.world_rank() != 0) {
-    bootstrap.barrier();  // never completes: rank 0 ends the job
-    return;
-  }
-  std::string message = "preflight: ";
+  if (bootstrap.world_rank() != 0) bootstrap.barrier();  // never completes: rank 0 ends the job
+  std::string message = prefix;
   for (size_t i = 0; i < problems.size(); ++i) message += (i ? "; " : "") + problems[i];
   throw ConfigError(message);
+}
+
+}  // namespace
+
+void check_devices(const comm::Bootstrap& bootstrap, const c10::Device& device, bool allow_shared_gpu) {
+  config::Config config;
+  config.dist.allow_shared_gpu = allow_shared_gpu;
+  fail_together(bootstrap, device_problems(gather_job_facts(bootstrap, device, config), allow_shared_gpu), "");
+}
+
+void preflight(const comm::Bootstrap& bootstrap, const c10::Device& device, const config::Config& config) {
+  const std::vector<RankFacts> facts = gather_job_facts(bootstrap, device, config);
+  std::vector<std::string> problems = world_problems(facts);
+  for (std::string& p : device_problems(facts, config.dist.allow_shared_gpu)) problems.push_back(std::move(p));
+  try {
+    accumulation_steps(config.train, bootstrap.world_size());
+  } catch (const ConfigError& e) {
+    problems.emplace_back(e.what());
+  }
+  fail_together(bootstrap, problems, problems.size() == 1 && problems[0].rfind("train.", 0) == 0 ? "" : "preflight: ");
 }
 
 }  // namespace hpctrain::train

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -23,6 +24,7 @@
 #include "hpctrain/model/batch_norm.h"
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/device.h"
+#include "hpctrain/train/global_batch.h"
 #include "hpctrain/train/lr_schedule.h"
 #include "hpctrain/train/metrics_writer.h"
 #include "hpctrain/train/optimizer.h"
@@ -86,6 +88,8 @@ int configure_threads(const config::TrainConfig& train) {
 TrainingSetup prepare_training(const config::Config& config, bool need_train_split) {
   const bool use_cuda = resolve_use_cuda(config.dist.device, visible_gpus());
   comm::validate_backend(config.dist.backend, use_cuda);
+  check_optimizer_options(config.optim);
+  check_schedule_options(config.optim);
   const int threads = configure_threads(config.train);
   // Same seed everywhere: every rank builds identical initial weights (rank 0's are broadcast
   // anyway, so a rank with a different libtorch still starts from the same point).
@@ -117,6 +121,10 @@ struct Trainer::State {
   std::vector<at::Tensor> buffers;
   MetricsWriter metrics;
   std::vector<std::string> parameter_names;  // in the optimizer's order
+  std::vector<at::Tensor> parameters;        // in the module's order
+  std::int64_t accum = 1;     // micro-batches per optimizer step (train.global_batch or accum_steps)
+  double peak_lr = 0.0;       // optim.lr scaled for the global batch (optim.lr_scaling)
+  std::optional<double> grad_norm;  // of the last step's averaged gradients, when computed
   std::int64_t step = 0;         // optimizer steps taken
   std::int64_t total_steps = 0;  // of the whole run, for the schedule
   std::int64_t start_epoch = 0;  // where run() begins: 0, or a checkpoint's epoch and cursor
@@ -225,8 +233,21 @@ struct Trainer::State {
     return {flags[0] > 0, flags[1] > 0};
   }
 
+  // optim.clip_grad_norm on the averaged gradients, equal on every rank, so every rank clips
+  // alike. Returns the norm before clipping when it was computed (clipping, or `want_norm`).
+  std::optional<double> clip_gradients(bool want_norm) {
+    const double max_norm = config().optim.clip_grad_norm;
+    if (max_norm > 0) return torch::nn::utils::clip_grad_norm_(parameters, max_norm);
+    if (!want_norm) return std::nullopt;
+    double squares = 0;
+    for (const auto& p : parameters) {
+      if (p.grad().defined()) squares += p.grad().detach().pow(2).sum().item<double>();
+    }
+    return std::sqrt(squares);
+  }
+
   void apply_schedule() {
-    const double lr = lr_at(config().optim, step, total_steps);
+    const double lr = lr_at(config().optim, peak_lr, step, total_steps);
     for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
   }
 
@@ -258,6 +279,7 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
                                    s.device.is_cuda() ? s.device.index() : 0,
                                    s.config().dist.timeout_s);
   std::vector<at::Tensor> parameters = module.parameters();
+  s.parameters = parameters;
   s.buffers = buffers_of(module);
   std::vector<at::Tensor> everything = parameters;
   everything.insert(everything.end(), s.buffers.begin(), s.buffers.end());
@@ -269,8 +291,10 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
   if (compression != "none") sync_options.wire_dtype = compression == "fp16" ? at::kHalf : at::kBFloat16;
   s.grad_sync = std::make_unique<ddp::GradSync>(*s.comm, parameters, sync_options);
   s.synchronize_batch_norm();
-  s.optimizer = make_optimizer(s.config().optim, parameters);
-  for (const auto& named : module.named_parameters()) s.parameter_names.push_back(named.key());
+  NamedParameters named;
+  for (const auto& p : module.named_parameters()) named.emplace_back(p.key(), p.value());
+  s.optimizer = make_optimizer(s.config().optim, named);
+  s.parameter_names = names_in_optimizer_order(*s.optimizer, named);
   // Dropout masks differ per rank (as separate processes would in PyTorch DDP), reproducibly.
   torch::manual_seed(static_cast<std::uint64_t>(s.config().train.seed) * 1000003ULL +
                      static_cast<std::uint64_t>(bootstrap.world_rank()) + 1);
@@ -288,10 +312,8 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
   net().module().train();
   // The rest of the epoch's plan up front, so the loader can read ahead of the loop.
   const std::vector<data::SamplerStep> plans = sampler.steps(sampler.global_order(epoch), cursor);
-  // An optimizer step is train.accum_steps sampler steps (micro-batches); the epoch's last may
-  // have fewer.
+  // An optimizer step is `accum` sampler steps (micro-batches); the epoch's last may have fewer.
   const auto micro_batches = static_cast<std::int64_t>(plans.size());
-  const std::int64_t accum = config().train.accum_steps;
   const std::int64_t steps_per_epoch = (micro_batches + accum - 1) / accum;
   std::vector<std::vector<std::int64_t>> step_indices;
   for (const auto& plan : plans) step_indices.push_back(plan.indices);
@@ -328,21 +350,24 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
       const at::Tensor losses = torch::nn::functional::cross_entropy(
           net().forward(setup.train_split->normalize(batch.input.to(device, /*non_blocking=*/true))),
           batch.target.to(device, /*non_blocking=*/true),
-          torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+          torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone).label_smoothing(
+              config().train.label_smoothing));
       grad_sync->begin_backward(/*last_micro_batch=*/j + 1 == first + count);
       step_loss(losses, weights, comm->size(), step_real).backward();
       loss_sum += (losses.detach() * weights).sum();
       for (const float w : plan.weights) real_samples += w;
     }
     grad_sync->average_gradients();
+    const bool last = i + 1 == steps_per_epoch ||
+                      (config().train.max_steps > 0 && step + 1 >= config().train.max_steps);
+    const bool log_now = (step + 1) % config().log.every_steps == 0 || last;
+    grad_norm = clip_gradients(log_now);
     apply_schedule();
     optimizer->step();
     ++step;
     check_replicas();
 
-    const bool last = i + 1 == steps_per_epoch || step_limit_reached();
-    if (step % config().log.every_steps == 0 || last) log_progress(epoch, i + 1, steps_per_epoch,
-                                                                   loss_sum, real_samples, interval);
+    if (log_now) log_progress(epoch, i + 1, steps_per_epoch, loss_sum, real_samples, interval);
     epoch_now = epoch;
     cursor_now = plans[static_cast<size_t>(first + count - 1)].next_cursor;
     checkpoint_writer.rethrow_if_failed();  // a background write that failed ends the run now
@@ -366,10 +391,12 @@ void Trainer::State::log_progress(std::int64_t epoch, std::int64_t step_in_epoch
   const double mean_loss = totals[0] / totals[1];
   const double samples_per_s = totals[1] / interval.elapsed_s();
   const double lr = current_lr(*optimizer);
-  log::info("epoch {} step {} ({}/{}) loss {:.4f} lr {:.3g} {:.0f} samples/s", epoch + 1, step,
-            step_in_epoch, steps_per_epoch, mean_loss, lr, samples_per_s);
-  metrics.write({{"step", step}, {"epoch", epoch + 1}, {"loss", mean_loss}, {"lr", lr},
-                 {"samples_per_s", samples_per_s}});
+  log::info("epoch {} step {} ({}/{}) loss {:.4f} lr {:.3g} grad_norm {:.3g} {:.0f} samples/s", epoch + 1,
+            step, step_in_epoch, steps_per_epoch, mean_loss, lr, grad_norm.value_or(0.0), samples_per_s);
+  nlohmann::json record = {{"step", step}, {"epoch", epoch + 1}, {"loss", mean_loss}, {"lr", lr},
+                           {"samples_per_s", samples_per_s}};
+  if (grad_norm) record["grad_norm"] = *grad_norm;
+  metrics.write(record);
   loss_sum.zero_();
   real_samples = 0.0;
   interval.reset();
@@ -496,11 +523,20 @@ void Trainer::State::resume() {
   log::info("resumed from {}: step {}, epoch {}, sampler cursor {} (written by {} rank(s))", chosen,
             step, start_epoch + 1, start_cursor, meta.world_size);
   if (meta.world_size != comm->size() && bootstrap.world_rank() == 0) {
+    const std::string batch =
+        config().train.global_batch > 0
+            ? "the global batch stays " + std::to_string(config().train.global_batch) + " (train.global_batch; " +
+                  std::to_string(accum) + " micro-batch(es) per step now)"
+            : "the global batch becomes " + std::to_string(comm->size() * config().train.batch_size * accum) +
+                  " (set train.global_batch to keep it)";
+    const std::string lr = config().optim.lr_scaling == "none"
+                               ? "the learning rate is not rescaled (optim.lr_scaling=none)"
+                               : "the learning rate peaks at " + std::to_string(peak_lr) + " (optim.lr_scaling=" +
+                                     config().optim.lr_scaling + ")";
     log::warn("the checkpoint was written by {} rank(s), this run has {}: epoch {} continues with the "
-              "samples not yet seen (from global cursor {}); the global batch becomes {} x "
-              "train.batch_size x train.accum_steps and optim.lr applies unchanged (no LR scaling); "
-              "dropout draws differ from an uninterrupted run",
-              meta.world_size, comm->size(), start_epoch + 1, start_cursor, comm->size());
+              "samples not yet seen (from global cursor {}); {}; {}; dropout draws differ from an "
+              "uninterrupted run",
+              meta.world_size, comm->size(), start_epoch + 1, start_cursor, batch, lr);
   }
 }
 
@@ -517,14 +553,20 @@ TrainSummary Trainer::run() {
   options.shuffle = train.shuffle;
   options.drop_last = train.drop_last;
   const data::DistributedSampler sampler(options);
+  s.accum = accumulation_steps(train, s.comm->size());
+  const std::int64_t global_batch = train.batch_size * s.accum * s.comm->size();
+  s.peak_lr = peak_lr(s.config().optim, global_batch);
+  const std::int64_t steps_per_epoch = (sampler.steps_from(0) + s.accum - 1) / s.accum;
   log::info("training on {} samples: {} steps per epoch, global batch {} ({} ranks x {} "
             "micro-batch(es) x {}){}; gradients in {} bucket(s), overlap {}, compression {}",
-            options.dataset_size, (sampler.steps_from(0) + train.accum_steps - 1) / train.accum_steps,
-            train.batch_size * train.accum_steps * s.comm->size(), s.comm->size(), train.accum_steps,
-            train.batch_size, train.drop_last ? ", last partial batch dropped" : "",
-            s.grad_sync->bucket_count(), s.config().dist.overlap ? "on" : "off",
-            s.config().dist.grad_compression);
-  const std::int64_t steps_per_epoch = (sampler.steps_from(0) + train.accum_steps - 1) / train.accum_steps;
+            options.dataset_size, steps_per_epoch, global_batch, s.comm->size(), s.accum, train.batch_size,
+            train.drop_last ? ", last partial batch dropped" : "", s.grad_sync->bucket_count(),
+            s.config().dist.overlap ? "on" : "off", s.config().dist.grad_compression);
+  const config::OptimConfig& optim = s.config().optim;
+  if (optim.lr_scaling != "none") {
+    log::info("learning rate {:.6g}: optim.lr {:.6g} x {} scaling for global batch {} (optim.base_batch {})",
+              s.peak_lr, optim.lr, optim.lr_scaling, global_batch, optim.base_batch);
+  }
   s.total_steps = s.config().optim.decay_steps > 0 ? s.config().optim.decay_steps
                   : train.max_steps > 0             ? train.max_steps
                                                     : train.epochs * steps_per_epoch;

@@ -186,6 +186,34 @@ TEST_F(ResumeEndToEnd, SigusrOneCheckpointsExitsSeventyFiveAndTheRunResumes) {
       << resumed.err;
 }
 
+// train.global_batch keeps the global batch (and the scaled learning rate) when a run resumes on
+// more ranks, and refuses a rank count that does not divide it; clipping, applied to the averaged
+// gradients, keeps the replicas identical (checked every step).
+TEST_F(ResumeEndToEnd, TheGlobalBatchSurvivesAResumeOnMoreRanks) {
+  const std::string options = "--train.global_batch=128 --optim.lr_scaling=linear --optim.base_batch=64 "
+                              "--optim.clip_grad_norm=0.5 --train.label_smoothing=0.1 "
+                              "--dist.check_replicas_every=1 --log.every_steps=1 ";
+  const ProcessResult two = run_command(train(2, "global", options + "--train.max_steps=3"));
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_EQ(count_lines_with(two.err, "global batch 128 (2 ranks x 2 micro-batch(es) x 32)"), 1) << two.err;
+  EXPECT_EQ(count_lines_with(two.err, "learning rate 0.004: optim.lr 0.002 x linear scaling for global batch 128"),
+            1) << two.err;
+  EXPECT_EQ(count_lines_with(read_file(work_ + "/global/metrics.jsonl"), "\"grad_norm\":"), 3);
+
+  const ProcessResult three = run_command(train(3, "global", options + "--train.max_steps=5"));
+  EXPECT_EQ(three.exit_code, 2) << three.err;
+  EXPECT_EQ(count_lines_with(three.err, "hpctrain: error:"), 1) << three.err;
+  EXPECT_NE(three.err.find("train.global_batch=128 is not a multiple of 3 rank(s) x train.batch_size=32 = 96"),
+            std::string::npos) << three.err;
+
+  const ProcessResult four = run_command(train(4, "global", options + "--train.max_steps=5"));
+  ASSERT_EQ(four.exit_code, 0) << four.err;
+  EXPECT_EQ(count_lines_with(four.err, "global batch 128 (4 ranks x 1 micro-batch(es) x 32)"), 1) << four.err;
+  EXPECT_EQ(count_lines_with(four.err, "the global batch stays 128 (train.global_batch; 1 micro-batch(es)"), 1)
+      << four.err;
+  EXPECT_EQ(ckpt::CheckpointReader(ckpt::latest_checkpoint(work_ + "/global/checkpoints")).meta().step, 5);
+}
+
 // srun delivers SIGTERM to the tasks themselves; a second one while the checkpoint is being
 // written (its temporary file exists) must not cut the write short. A model large enough for the
 // write to take a while: mlp 4096x4096 with AdamW, a 240 MB checkpoint.

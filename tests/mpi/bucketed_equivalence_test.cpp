@@ -48,7 +48,9 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
   o.beta1 = 0.9;
   o.beta2 = 0.999;
   o.eps = 1e-8;
-  return train::make_optimizer(o, net.module().parameters());
+  train::NamedParameters named;
+  for (const auto& p : net.module().named_parameters()) named.emplace_back(p.key(), p.value());
+  return train::make_optimizer(o, named);
 }
 
 at::Tensor flat_parameters(model::Model& net) {

@@ -15,6 +15,10 @@ work=$(mktemp -d /tmp/hpctrain-slurm-test.XXXXXX)
 chmod 0755 "$work"  # munged wants every directory above its socket searchable
 cluster="$work/slurm"
 cleanup() {
+  # Jobs first: with proctrack/linuxproc their ranks would outlive the daemons.
+  [ -f "$cluster/slurm.conf" ] && SLURM_CONF="$cluster/slurm.conf" scancel --quiet --user="$(id -un)" 2>/dev/null
+  [ -n "${waiter:-}" ] && kill "$waiter" 2>/dev/null
+  sleep 1
   bash "$source_dir/tests/slurm/local_slurm.sh" stop "$cluster"
   rm -rf "$work"
 }

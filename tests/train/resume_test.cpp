@@ -28,16 +28,16 @@ TEST(LrSchedule, WarmupThenConstantOrCosine) {
   o.lr = 0.1;
   o.warmup_steps = 4;
   o.schedule = "constant";
-  EXPECT_DOUBLE_EQ(lr_at(o, 0, 100), 0.025);
-  EXPECT_DOUBLE_EQ(lr_at(o, 3, 100), 0.1);
-  EXPECT_DOUBLE_EQ(lr_at(o, 50, 100), 0.1);
+  EXPECT_DOUBLE_EQ(lr_at(o, o.lr, 0, 100), 0.025);
+  EXPECT_DOUBLE_EQ(lr_at(o, o.lr, 3, 100), 0.1);
+  EXPECT_DOUBLE_EQ(lr_at(o, o.lr, 50, 100), 0.1);
   o.schedule = "cosine";
-  EXPECT_DOUBLE_EQ(lr_at(o, 1, 104), 0.05);
-  EXPECT_DOUBLE_EQ(lr_at(o, 4, 104), 0.1);                      // decay starts at the peak
-  EXPECT_NEAR(lr_at(o, 54, 104), 0.05, 1e-12);                   // halfway
-  EXPECT_NEAR(lr_at(o, 104, 104), 0.0, 1e-12);                   // the last step
-  EXPECT_NEAR(lr_at(o, 200, 104), 0.0, 1e-12);                   // past it: stays at 0
-  EXPECT_NEAR(lr_at(o, 29, 104), 0.05 * (1 + std::cos(M_PI * 0.25)), 1e-12);
+  EXPECT_DOUBLE_EQ(lr_at(o, o.lr, 1, 104), 0.05);
+  EXPECT_DOUBLE_EQ(lr_at(o, o.lr, 4, 104), 0.1);                      // decay starts at the peak
+  EXPECT_NEAR(lr_at(o, o.lr, 54, 104), 0.05, 1e-12);                   // halfway
+  EXPECT_NEAR(lr_at(o, o.lr, 104, 104), 0.0, 1e-12);                   // the last step
+  EXPECT_NEAR(lr_at(o, o.lr, 200, 104), 0.0, 1e-12);                   // past it: stays at 0
+  EXPECT_NEAR(lr_at(o, o.lr, 29, 104), 0.05 * (1 + std::cos(M_PI * 0.25)), 1e-12);
 }
 
 class ResumePolicy : public ::testing::Test {
@@ -88,11 +88,13 @@ TEST(ResumeConfig, OnlyOptionsThatChangeTheComputationAreReported) {
 }
 
 // k AdamW steps, the state saved and loaded into a fresh optimizer, then one more step on each:
-// the parameters must agree to the bit.
+// the parameters must agree to the bit. Also with the bias in a parameter group of its own
+// (optim.decay_bias_and_norm=false), declared first, so the optimizer's order differs.
 TEST(TrainState, OptimizerStateRoundTripsForAdamWAndSgd) {
-  for (const char* name : {"adamw", "sgd"}) {
+  for (const std::string name : {"adamw", "sgd", "adamw-groups", "sgd-groups"}) {
     config::OptimConfig o;
-    o.name = name;
+    o.name = name.substr(0, name.find('-'));
+    o.decay_bias_and_norm = name.find("groups") == std::string::npos;
     o.lr = 0.01;
     o.weight_decay = 0.01;
     o.momentum = 0.9;
@@ -102,8 +104,10 @@ TEST(TrainState, OptimizerStateRoundTripsForAdamWAndSgd) {
     torch::manual_seed(1);
     const at::Tensor w = torch::randn({3, 4}).set_requires_grad(true);
     const at::Tensor b = torch::randn({4}).set_requires_grad(true);
-    const std::vector<std::string> names{"w", "b"};
-    auto optimizer = make_optimizer(o, {w, b});
+    const NamedParameters named{{"b", b}, {"w", w}};
+    auto optimizer = make_optimizer(o, named);
+    const std::vector<std::string> names = names_in_optimizer_order(*optimizer, named);
+    EXPECT_EQ(names, (o.decay_bias_and_norm ? std::vector<std::string>{"b", "w"} : std::vector<std::string>{"w", "b"}));
     const auto step = [&](torch::optim::Optimizer& opt, const at::Tensor& x, const at::Tensor& y) {
       opt.zero_grad();
       (x.matmul(w) + b).sub(y).square().sum().backward();
@@ -115,7 +119,7 @@ TEST(TrainState, OptimizerStateRoundTripsForAdamWAndSgd) {
     for (int k = 0; k < 3; ++k) step(*optimizer, x, y);
     ckpt::NamedTensors saved = optimizer_state(*optimizer, names);
     for (auto& entry : saved) entry.second = entry.second.clone();  // the live state moves on
-    EXPECT_EQ(saved.size(), std::string(name) == "adamw" ? 6u : 2u) << name;
+    EXPECT_EQ(saved.size(), o.name == "adamw" ? 6u : 2u) << name;
 
     const at::Tensor w_copy = w.detach().clone();
     const at::Tensor b_copy = b.detach().clone();
@@ -126,7 +130,7 @@ TEST(TrainState, OptimizerStateRoundTripsForAdamWAndSgd) {
       w.copy_(w_copy);
       b.copy_(b_copy);
     }
-    auto restored = make_optimizer(o, {w, b});
+    auto restored = make_optimizer(o, named);
     load_optimizer_state(*restored, names, saved);
     step(*restored, x, y);
     EXPECT_TRUE(torch::equal(w.detach(), w_expected)) << name;
@@ -135,7 +139,7 @@ TEST(TrainState, OptimizerStateRoundTripsForAdamWAndSgd) {
   o.name = "sgd";
   o.lr = 0.1;
   const at::Tensor p = torch::zeros({2}).set_requires_grad(true);
-  auto sgd = make_optimizer(o, {p});
+  auto sgd = make_optimizer(o, {{"p", p}});
   EXPECT_THROW(load_optimizer_state(*sgd, {"p"}, {{"q/momentum_buffer", torch::zeros({2})}}), CheckpointError);
   EXPECT_THROW(load_optimizer_state(*sgd, {"p"}, {{"p/momentum_buffer", torch::zeros({3})}}), CheckpointError);
 }

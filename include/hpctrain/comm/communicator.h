@@ -61,4 +61,8 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, Boot
 // NCCL's version as "2.28.9" when built with NCCL, else "".
 std::string nccl_version();
 
+// The PCI bus id of CUDA device `device` ("0000:3b:00.0"): which physical GPU it is, whatever
+// CUDA_VISIBLE_DEVICES or a cgroup renumbered. "" in a build without CUDA + NCCL, or on error.
+std::string gpu_bus_id(int device);
+
 }  // namespace hpctrain::comm

@@ -36,7 +36,14 @@ struct OptimConfig {
   double beta1 = 0.0;
   double beta2 = 0.0;
   double eps = 0.0;
-  std::string schedule;          // constant | cosine
+  bool nesterov = false;           // sgd
+  bool decay_bias_and_norm = true;  // weight decay on one-dimensional parameters too
+  double clip_grad_norm = 0.0;     // 0: no clipping
+  std::string lr_scaling;          // none | linear | sqrt, relative to base_batch
+  std::int64_t base_batch = 0;     // the global batch optim.lr was tuned for
+  std::string schedule;          // constant | step | cosine
+  std::int64_t step_every = 0;     // step schedule: steps between drops
+  double step_gamma = 0.1;         // step schedule: factor per drop
   std::int64_t warmup_steps = 0;  // linear warmup from lr/warmup_steps to lr
   std::int64_t decay_steps = 0;   // cosine length; 0: the run's (max_steps or epochs)
 };
@@ -49,6 +56,8 @@ struct TrainConfig {
   std::int64_t seed = 0;
   std::int64_t threads = 0;  // intra-op threads per rank; 0: the cores this rank is bound to
   std::int64_t accum_steps = 1;  // micro-batches per optimizer step
+  std::int64_t global_batch = 0;  // when set, accum_steps follows from it and the world size
+  double label_smoothing = 0.0;
   bool shuffle = true;
   bool drop_last = false;
 };

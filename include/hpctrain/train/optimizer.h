@@ -1,10 +1,14 @@
-// Builds the optimizer named by `optim.name` over a list of parameters.
+// Builds the optimizer named by `optim.name` over a model's named parameters: SGD (momentum,
+// Nesterov) or AdamW, with weight decay on every parameter or, with optim.decay_bias_and_norm=false,
+// only on those of two or more dimensions (a second parameter group without decay).
 // Depends on config and torch (forward-declared here).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "hpctrain/config/config.h"
@@ -15,8 +19,18 @@ class Optimizer;
 
 namespace hpctrain::train {
 
+using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
+
+// Throws ConfigError for an unknown optimizer or options it cannot use (Nesterov without momentum).
+void check_optimizer_options(const config::OptimConfig& config);
+
+// Checks the options as above, then builds the optimizer.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::OptimConfig& config,
-                                                        std::vector<at::Tensor> parameters);
+                                                        const NamedParameters& parameters);
+
+// The parameters' names in the optimizer's order (group by group), which its state follows.
+std::vector<std::string> names_in_optimizer_order(const torch::optim::Optimizer& optimizer,
+                                                  const NamedParameters& parameters);
 
 // The learning rate of the first parameter group.
 double current_lr(const torch::optim::Optimizer& optimizer);
