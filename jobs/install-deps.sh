@@ -18,6 +18,7 @@ packages=(
   dataset-fashion-mnist              # the quick start's data
   slurmctld slurmd slurm-client munge libpmix-dev  # a real Slurm for the tests (srun --mpi=pmix)
   iproute2                           # network namespaces as "nodes" for the multi-node test
+  gnuplot-nox                        # jobs/plot.sh: a run's curves as PNG
 )
 
 missing=()

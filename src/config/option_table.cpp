@@ -195,12 +195,17 @@ std::vector<Option> build_table() {
           at_least<I>(1)),
 
       row("model.name", &C::model, &ModelConfig::name, "fashion_cnn",
-          "Model to train, from the built-in registry.", one_of({"fashion_cnn", "mlp"})),
+          "Model to train, from the built-in registry.", one_of({"fashion_cnn", "mlp", "resnet"})),
       row("model.mlp_hidden", &C::model, &ModelConfig::mlp_hidden, "512,256",
           "Hidden layer widths of the mlp model.", int_list()),
       row("model.dropout", &C::model, &ModelConfig::dropout, "0.25",
           "Dropout probability after the hidden layers (fashion_cnn: after Linear(3136->128)).",
           in_unit_interval()),
+      row("model.resnet_depth", &C::model, &ModelConfig::resnet_depth, "20",
+          "Layers of the resnet model: 6n+2 (20, 32, 44, 56, 110), n basic blocks per stage.",
+          at_least<I>(8)),
+      row("model.resnet_width", &C::model, &ModelConfig::resnet_width, "16",
+          "Channels of the resnet model's first stage (the next two have 2x and 4x).", at_least<I>(1)),
 
       row("optim.name", &C::optim, &OptimConfig::name, "adamw", "Optimizer.",
           one_of({"adamw", "sgd"})),
@@ -257,6 +262,10 @@ std::vector<Option> build_table() {
           "Stop after this many optimizer steps in total; 0 means no limit.", at_least<I>(0)),
       row("train.batch_size", &C::train, &TrainConfig::batch_size, "64",
           "Samples per rank per step (global batch = world size x batch_size).", at_least<I>(1)),
+      row("train.eval_every", &C::train, &TrainConfig::eval_every, "0",
+          "Also evaluate on data.eval_split every this many optimizer steps (besides each "
+          "epoch's end); 0: only at epoch ends.",
+          at_least<I>(0)),
       row("train.eval_batch_size", &C::train, &TrainConfig::eval_batch_size, "512",
           "Samples per rank per evaluation batch.", at_least<I>(1)),
       row("train.seed", &C::train, &TrainConfig::seed, "42",
@@ -279,6 +288,10 @@ std::vector<Option> build_table() {
           "resumed on another number of ranks keeps its global batch and learning rate; 0: "
           "train.accum_steps decides.",
           at_least<I>(0)),
+      row("train.precision", &C::train, &TrainConfig::precision, "fp32",
+          "fp32, or bf16: the forward pass under autocast in bfloat16 (CPU and CUDA); weights, "
+          "gradients and optimizer state stay float32, evaluation runs in float32.",
+          one_of({"fp32", "bf16"})),
       row("train.label_smoothing", &C::train, &TrainConfig::label_smoothing, "0",
           "Label smoothing of the training loss (cross-entropy against (1-e) one-hot + e/classes).",
           in_unit_interval()),

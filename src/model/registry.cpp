@@ -17,6 +17,7 @@ const std::vector<Entry>& registry() {
   static const std::vector<Entry> entries{
       {"fashion_cnn", make_fashion_cnn},
       {"mlp", make_mlp},
+      {"resnet", make_resnet},
   };
   return entries;
 }

@@ -31,6 +31,7 @@
 #include "hpctrain/train/resume_policy.h"
 #include "hpctrain/train/step_loss.h"
 #include "hpctrain/train/train_state.h"
+#include "autocast.h"
 
 namespace hpctrain::train {
 namespace {
@@ -312,6 +313,8 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
   net().module().train();
   // The rest of the epoch's plan up front, so the loader can read ahead of the loop.
   const std::vector<data::SamplerStep> plans = sampler.steps(sampler.global_order(epoch), cursor);
+  const std::optional<at::ScalarType> autocast_dtype =
+      config().train.precision == "bf16" ? std::optional<at::ScalarType>(at::kBFloat16) : std::nullopt;
   // An optimizer step is `accum` sampler steps (micro-batches); the epoch's last may have fewer.
   const auto micro_batches = static_cast<std::int64_t>(plans.size());
   const std::int64_t steps_per_epoch = (micro_batches + accum - 1) / accum;
@@ -347,9 +350,13 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
       const data::SamplerStep& plan = plans[static_cast<size_t>(j)];
       const data::Batch batch = loader.next();
       const at::Tensor weights = torch::tensor(plan.weights).to(device);
+      at::Tensor logits;
+      {
+        const AutocastScope autocast(device.type(), autocast_dtype);
+        logits = net().forward(setup.train_split->normalize(batch.input.to(device, /*non_blocking=*/true)));
+      }
       const at::Tensor losses = torch::nn::functional::cross_entropy(
-          net().forward(setup.train_split->normalize(batch.input.to(device, /*non_blocking=*/true))),
-          batch.target.to(device, /*non_blocking=*/true),
+          logits.to(at::kFloat), batch.target.to(device, /*non_blocking=*/true),
           torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone).label_smoothing(
               config().train.label_smoothing));
       grad_sync->begin_backward(/*last_micro_batch=*/j + 1 == first + count);
@@ -379,6 +386,13 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
     }
     const std::int64_t every = config().ckpt.every_steps;
     if (boundary.checkpoint_due || (every > 0 && step % every == 0)) save_checkpoint();
+    // train.eval_every, except at the epoch's end, where run() evaluates anyway.
+    const std::int64_t eval_every = config().train.eval_every;
+    if (eval_every > 0 && step % eval_every == 0 && !last) {
+      evaluate_epoch(epoch);
+      net().module().train();
+      if (config().ckpt.keep_best && improved) save_checkpoint(/*best=*/true);
+    }
   }
 }
 
@@ -407,7 +421,7 @@ std::optional<EvalResult> Trainer::State::evaluate_epoch(std::int64_t epoch) {
   sync_buffers();
   const EvalResult result =
       evaluate(net(), *setup.eval_split, *comm, config().train.eval_batch_size, device);
-  log::info("epoch {} eval on {} ({} samples): test_loss {:.4f} test_acc {:.4f}", epoch + 1,
+  log::info("epoch {} step {} eval on {} ({} samples): test_loss {:.4f} test_acc {:.4f}", epoch + 1, step,
             config().data.eval_split, result.samples, result.loss, result.accuracy);
   metrics.write({{"epoch", epoch + 1}, {"step", step}, {"test_loss", result.loss},
                  {"test_acc", result.accuracy}});

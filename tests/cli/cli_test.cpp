@@ -90,7 +90,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"wrong_type", "[data]\npath = /d\n[train]\nepochs = two\n", "",
                   "train.epochs: 'two' is not an integer"},
         BadConfig{"out_of_range", "", "--data.path=/d --train.batch_size=-3", "must be >= 1"},
-        BadConfig{"bad_choice", "", "--data.path=/d --model.name=resnet", "must be one of"},
+        BadConfig{"bad_choice", "", "--data.path=/d --model.name=vgg", "must be one of"},
         BadConfig{"missing_file", "", "--config /nonexistent/x.ini", "not found"},
         BadConfig{"missing_required", "", "--train.epochs=1", "missing required option data.path"},
         BadConfig{"stray_argument", "", "--data.path=/d extra", "unexpected argument 'extra'"},

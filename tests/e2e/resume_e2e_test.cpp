@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "process.h"
@@ -184,6 +185,41 @@ TEST_F(ResumeEndToEnd, SigusrOneCheckpointsExitsSeventyFiveAndTheRunResumes) {
   }
   EXPECT_EQ(count_lines_with(resumed.err, "resumed from " + latest + ": step " + std::to_string(step)), 1)
       << resumed.err;
+}
+
+// train.precision=bf16: the forward pass in bfloat16 changes the numbers (so autocast is on) but
+// not where training goes: after 15 steps the loss is close to float32's.
+TEST_F(ResumeEndToEnd, BfloatSixteenTrainsLikeFloatThirtyTwo) {
+  std::map<std::string, double> last_loss;
+  for (const char* precision : {"fp32", "bf16"}) {
+    const std::string run = std::string("precision-") + precision;
+    const ProcessResult r = run_command(
+        train(2, run, std::string("--train.max_steps=15 --log.every_steps=5 --train.precision=") + precision));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::istringstream metrics(read_file(work_ + "/" + run + "/metrics.jsonl"));
+    for (std::string line; std::getline(metrics, line);) {
+      const auto at = line.find("\"loss\":");
+      if (at != std::string::npos) last_loss[precision] = std::stod(line.substr(at + 7));
+    }
+  }
+  ASSERT_EQ(last_loss.size(), 2u);
+  EXPECT_NE(last_loss["fp32"], last_loss["bf16"]) << "bf16 computed exactly what fp32 did: no autocast?";
+  EXPECT_NEAR(last_loss["bf16"], last_loss["fp32"], 0.05 * last_loss["fp32"] + 0.02);
+}
+
+// train.eval_every evaluates inside the epoch too; the epoch's end is evaluated once.
+TEST_F(ResumeEndToEnd, EvalEveryEvaluatesInsideTheEpoch) {
+  const ProcessResult r = run_command(
+      train(2, "evalevery", "--data.eval_split=test --train.max_steps=12 --train.eval_every=5"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<int> steps;
+  std::istringstream metrics(read_file(work_ + "/evalevery/metrics.jsonl"));
+  for (std::string line; std::getline(metrics, line);) {
+    if (line.find("\"test_acc\"") == std::string::npos) continue;
+    const auto at = line.find("\"step\":");
+    steps.push_back(std::stoi(line.substr(at + 7)));
+  }
+  EXPECT_EQ(steps, (std::vector<int>{5, 10, 12})) << r.err;
 }
 
 // train.global_batch keeps the global batch (and the scaled learning rate) when a run resumes on

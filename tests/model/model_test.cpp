@@ -1,7 +1,7 @@
 #include "hpctrain/model/model.h"
 
 #include <gtest/gtest.h>
-#include <torch/nn/module.h>
+#include <torch/torch.h>
 
 #include <ATen/ATen.h>
 
@@ -50,12 +50,48 @@ TEST(Models, MlpFollowsHiddenWidths) {
   EXPECT_EQ(parameter_count(*net), (64 * 64 + 64) + (64 * 32 + 32) + (32 * 3 + 3));
 }
 
+TEST(Models, ResNetTwentyHasTheCifarShapeAndSize) {
+  config::ModelConfig c = model_config("resnet");
+  auto cifar = make_model(c, {{3, 32, 32}, 10});
+  EXPECT_EQ(cifar->forward(at::randn({2, 3, 32, 32})).sizes(), (std::vector<std::int64_t>{2, 10}));
+  // He et al.: 0.27 M. Stem 432 + bn 32; stage 1: 3 x (2 x 2304 + 2 x 32); stage 2: 4608 + 9216 +
+  // 2 x 64 + shortcut 512 + 64, then 2 x (2 x 9216 + 2 x 64); stage 3 likewise at 64 channels; fc 650.
+  EXPECT_EQ(parameter_count(*cifar), 272474);
+  auto fashion = make_model(c, {{1, 28, 28}, 10});
+  EXPECT_EQ(fashion->forward(at::randn({2, 1, 28, 28})).sizes(), (std::vector<std::int64_t>{2, 10}));
+  c.resnet_depth = 21;
+  try {
+    make_model(c, {{3, 32, 32}, 10});
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("not 6n+2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Models, ResNetLearnsASmallBatch) {
+  torch::manual_seed(3);
+  auto net = make_model(model_config("resnet"), {{1, 12, 12}, 3});
+  const at::Tensor x = at::randn({12, 1, 12, 12});
+  const at::Tensor y = at::arange(12, at::kLong).remainder(3);
+  torch::optim::Adam optimizer(net->module().parameters(), torch::optim::AdamOptions(0.01));
+  double first = 0;
+  double last = 0;
+  for (int step = 0; step < 30; ++step) {
+    optimizer.zero_grad();
+    const at::Tensor loss = torch::nn::functional::cross_entropy(net->forward(x), y);
+    loss.backward();
+    optimizer.step();
+    (step == 0 ? first : last) = loss.item<double>();
+  }
+  EXPECT_LT(last, first * 0.5) << first << " -> " << last;
+}
+
 TEST(Models, UnknownNameListsTheKnownOnes) {
   try {
     make_model(model_config("resnet9000"), {{1, 28, 28}, 10});
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("fashion_cnn|mlp"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("fashion_cnn|mlp|resnet"), std::string::npos) << e.what();
   }
 }
 

@@ -26,6 +26,8 @@ struct ModelConfig {
   std::string name;
   std::string mlp_hidden;  // comma-separated hidden widths of the mlp model
   double dropout = 0.0;
+  std::int64_t resnet_depth = 20;  // 6n+2
+  std::int64_t resnet_width = 16;  // channels of the first stage
 };
 
 struct OptimConfig {
@@ -53,11 +55,13 @@ struct TrainConfig {
   std::int64_t max_steps = 0;  // 0: no limit
   std::int64_t batch_size = 0;  // per rank
   std::int64_t eval_batch_size = 0;
+  std::int64_t eval_every = 0;  // optimizer steps between evaluations; 0: at epoch ends only
   std::int64_t seed = 0;
   std::int64_t threads = 0;  // intra-op threads per rank; 0: the cores this rank is bound to
   std::int64_t accum_steps = 1;  // micro-batches per optimizer step
   std::int64_t global_batch = 0;  // when set, accum_steps follows from it and the world size
   double label_smoothing = 0.0;
+  std::string precision;  // fp32 | bf16 (autocast in the forward pass)
   bool shuffle = true;
   bool drop_last = false;
 };

@@ -1,0 +1,71 @@
+#include "autocast.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/version.h>
+
+#define HT_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace hpctrain::train {
+namespace {
+
+bool enabled(c10::DeviceType device) {
+#if HT_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(device);
+#else
+  return device == c10::DeviceType::CUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+#endif
+}
+
+void set_enabled(c10::DeviceType device, bool on) {
+#if HT_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(device, on);
+#else
+  if (device == c10::DeviceType::CUDA) {
+    at::autocast::set_enabled(on);
+  } else {
+    at::autocast::set_cpu_enabled(on);
+  }
+#endif
+}
+
+at::ScalarType get_dtype(c10::DeviceType device) {
+#if HT_TORCH_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(device);
+#else
+  return device == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
+                                         : at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
+void set_dtype(c10::DeviceType device, at::ScalarType dtype) {
+#if HT_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_dtype(device, dtype);
+#else
+  if (device == c10::DeviceType::CUDA) {
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  }
+#endif
+}
+
+}  // namespace
+
+AutocastScope::AutocastScope(c10::DeviceType device, std::optional<at::ScalarType> dtype) : device_(device) {
+  if (!dtype) return;
+  active_ = true;
+  was_enabled_ = enabled(device);
+  previous_dtype_ = get_dtype(device);
+  set_dtype(device, *dtype);
+  set_enabled(device, true);
+}
+
+AutocastScope::~AutocastScope() {
+  if (!active_) return;
+  set_enabled(device_, was_enabled_);
+  set_dtype(device_, previous_dtype_);
+  at::autocast::clear_cache();  // the casts of this forward's weights: the optimizer changes them
+}
+
+}  // namespace hpctrain::train
