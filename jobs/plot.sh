@@ -43,7 +43,7 @@ set autoscale'
 fi
 
 gnuplot <<GNUPLOT
-set terminal png size 1200,800
+set terminal png size 1200,800 noenhanced
 set output "$out"
 set multiplot layout 2,2 title "$(basename "$(realpath "$run_dir")")"
 set grid
@@ -58,6 +58,7 @@ set title "learning rate"
 set format y "%.3g"
 unset key
 plot "$work/train.dat" using 1:3 with lines
+set format y "%g"
 set title "throughput (samples/s, all ranks)"
 plot "$work/train.dat" using 1:4 with lines
 unset multiplot
