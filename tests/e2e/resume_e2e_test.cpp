@@ -207,6 +207,28 @@ TEST_F(ResumeEndToEnd, BfloatSixteenTrainsLikeFloatThirtyTwo) {
   EXPECT_NEAR(last_loss["bf16"], last_loss["fp32"], 0.05 * last_loss["fp32"] + 0.02);
 }
 
+// `hpctrain eval` of one checkpoint gives the same loss and accuracy at any world size: every
+// rank evaluates its part, the sums are all-reduced (3 ranks split the 1,200 test samples unevenly
+// into batches of 512).
+TEST_F(ResumeEndToEnd, EvalAtThreeRanksEqualsOneRank) {
+  const ProcessResult trained = run_command(train(2, "evalws", "--train.max_steps=5"));
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  const std::string checkpoint = ckpt::latest_checkpoint(work_ + "/evalws/checkpoints");
+  std::map<int, std::string> results;
+  for (const int ranks : {1, 3}) {
+    const ProcessResult r = run_command(mpirun(ranks) + kBin + " eval --checkpoint " + checkpoint + " --config " +
+                                        work_ + "/evalws/config.ini --data.eval_split=test --train.threads=1");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::istringstream lines(r.err);
+    for (std::string line; std::getline(lines, line);) {
+      const auto at = line.find("test: 1200 samples, test_loss ");
+      if (at != std::string::npos) results[ranks] = line.substr(at);
+    }
+  }
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[1], results[3]);
+}
+
 // train.eval_every evaluates inside the epoch too; the epoch's end is evaluated once.
 TEST_F(ResumeEndToEnd, EvalEveryEvaluatesInsideTheEpoch) {
   const ProcessResult r = run_command(
