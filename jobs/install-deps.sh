@@ -19,6 +19,7 @@ packages=(
   slurmctld slurmd slurm-client munge libpmix-dev  # a real Slurm for the tests (srun --mpi=pmix)
   iproute2                           # network namespaces as "nodes" for the multi-node test
   gnuplot-nox                        # jobs/plot.sh: a run's curves as PNG
+  python3-torch                      # tests: an exported state_dict loads in PyTorch (weights_only)
 )
 
 missing=()

@@ -16,8 +16,8 @@
 #   configure+build, hpctrain --version, the unit, cli and mpi tests, bench comm (nccl and mpi),
 #   bench step (fashion_cnn on the GPU), bench data, fashion_cnn trained on the GPU with NCCL to
 #   >= 0.85 test accuracy, 100 steps on the GPU over the MPI backend with dist.sync_bn and two
-#   loader threads, the same steps on the CPU for scale, and the same training in PyTorch eager
-#   on the same GPU.
+#   loader threads, resnet20 in fp32 and in bf16 (with background checkpoints), the same
+#   fashion_cnn steps on the CPU for scale, and the same training in PyTorch eager on the same GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -132,7 +132,7 @@ run_step prepare 60 "$bin" prepare fashion-mnist --source "$fmnist" --out "$data
 record "prepare fashion-mnist" "$status" "$seconds" ""
 
 run_step bench_data 60 "$bin" bench data --data "$data" --repeats 3
-record "bench data" "$status" "$seconds" "$(grep 'loader shuffled' "$out/bench_data.log" | awk '{print $3" samples/s shuffled"}')"
+record "bench data" "$status" "$seconds" "$(grep 'loader shuffled, 2T' "$out/bench_data.log" | awk '{print $4" samples/s shuffled, 2 threads"}')"
 
 # samples/s of a run: the mean of its progress records after the first epoch (warm-up excluded).
 rate() { python3 -c 'import json,sys
@@ -170,6 +170,24 @@ run_step train_gpu_mpi 60 "${launch[@]}" "$bin" train --config configs/fashion_c
   --data.loader_threads=2 --dist.check_replicas_every=10 --train.max_steps=100 --log.every_steps=50 \
   --data.eval_split=
 record "train gpu, mpi backend, sync_bn" "$status" "$seconds" "100 steps, $(rate "$out/run-gpu-mpi/metrics.jsonl") samples/s"
+
+# resnet20 on the GPU in fp32, then with bf16 autocast: samples/s after the first progress record
+# (cuDNN picks its algorithms there); the bf16 run also writes background checkpoints taken from
+# CUDA tensors, which must all land.
+steady_rate() { python3 -c 'import json,sys
+r=[json.loads(l)["samples_per_s"] for l in open(sys.argv[1]) if "samples_per_s" in l][1:]
+print(round(sum(r)/len(r)) if r else "none")' "$1"; }
+resnet_run=(--model.name=resnet --dist.device=cuda --dist.backend=nccl --train.batch_size=128
+            --train.max_steps=600 --log.every_steps=100 --data.eval_split=)
+run_step train_resnet_fp32 60 "${launch[@]}" "$bin" train --config configs/fashion_cnn.ini --data.path="$data" \
+  --run.dir="$out/run-resnet-fp32" "${resnet_run[@]}"
+record "train resnet20 gpu fp32" "$status" "$seconds" "600 steps of 128, $(steady_rate "$out/run-resnet-fp32/metrics.jsonl") samples/s"
+run_step train_resnet_bf16 60 "${launch[@]}" "$bin" train --config configs/fashion_cnn.ini --data.path="$data" \
+  --run.dir="$out/run-resnet-bf16" "${resnet_run[@]}" --train.precision=bf16 --ckpt.async=true --ckpt.every_steps=200
+written=$(grep -c 'written in the background' "$out/train_resnet_bf16.log")
+[ "$status" = PASS ] && [ "$written" -lt 3 ] && status=FAIL
+record "train resnet20 gpu bf16" "$status" "$seconds" \
+  "$(steady_rate "$out/run-resnet-bf16/metrics.jsonl") samples/s, $written background checkpoints"
 
 run_step train_cpu 60 "${launch[@]}" "$bin" train --config configs/fashion_cnn.ini --data.path="$data" \
   --run.dir="$out/run-cpu" --dist.device=cpu --train.max_steps=300 --log.every_steps=100

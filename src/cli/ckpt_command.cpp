@@ -1,6 +1,8 @@
 // `hpctrain ckpt inspect|verify|export`: look inside a checkpoint, check every checksum, and hand
 // the trained model to PyTorch users as a state_dict file. Single process; no MPI.
-#include <torch/csrc/jit/serialization/pickle.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -63,6 +65,27 @@ int verify(const ckpt::CheckpointReader& reader) {
   return 0;
 }
 
+// The bytes of a torch.save file holding {name: tensor}. torch::pickle_save would tag the typed
+// Dict with torch.jit._pickle.restore_type_tag, which torch.load's weights_only unpickler (the
+// default since PyTorch 2.6) refuses; pickled untagged it is a plain dict that loads anywhere.
+std::vector<char> torch_save_bytes(const c10::Dict<std::string, at::Tensor>& state) {
+  std::vector<char> pickled;
+  torch::jit::Pickler pickler([&](const char* data, size_t size) { pickled.insert(pickled.end(), data, data + size); },
+                              /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+                              /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(state);
+  pickler.stop();
+  std::vector<char> archive;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
+    archive.insert(archive.end(), static_cast<const char*>(data), static_cast<const char*>(data) + size);
+    return size;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+  return archive;
+}
+
 int export_state_dict(const ckpt::CheckpointReader& reader, const config::ParsedArgs& parsed) {
   const std::string to = parsed.has("to") ? parsed.flags.at("to") : "";
   if (to != "state_dict") {
@@ -74,7 +97,7 @@ int export_state_dict(const ckpt::CheckpointReader& reader, const config::Parsed
   c10::Dict<std::string, at::Tensor> state;
   for (const auto& [name, tensor] : reader.read_group("model")) state.insert(name, tensor);
   if (state.empty()) throw CheckpointError(reader.path() + ": has no /model tensors to export");
-  const std::vector<char> bytes = torch::jit::pickle_save(state);
+  const std::vector<char> bytes = torch_save_bytes(state);
   const std::string temp = out + ".tmp-" + std::to_string(::getpid());
   {
     std::ofstream file(temp, std::ios::binary);

@@ -97,6 +97,11 @@ TEST_F(ResumeEndToEnd, StoppedMidEpochAndResumedEqualsUninterruptedToTheBit) {
   const ckpt::NamedTensors model = group(b, "model");
   ASSERT_EQ(state.size(), model.size());
   for (const auto& [name, tensor] : model) EXPECT_TRUE(at::equal(state.at(name).toTensor(), tensor)) << name;
+  // PyTorch's torch.load with weights_only=True (its default since 2.6) reads it: a plain dict.
+  const ProcessResult loaded = run_command(
+      "/usr/bin/python3 -c 'import sys, torch; print(len(torch.load(sys.argv[1], weights_only=True)))' " + exported);
+  EXPECT_EQ(loaded.exit_code, 0) << loaded.err;
+  EXPECT_EQ(loaded.out, std::to_string(model.size()) + "\n") << loaded.err;
   const ProcessResult wrong = run_command(kBin + " ckpt export " + b + " --to onnx --out " + exported);
   EXPECT_EQ(wrong.exit_code, 2);
   EXPECT_EQ(count_lines_with(wrong.err, "hpctrain: error:"), 1) << wrong.err;
