@@ -27,14 +27,18 @@ namespace {
 
 const char* const kDataUsage =
     "usage: hpctrain bench data --data PATH [--split train] [--batch-size 64] [--repeats 3]\n"
-    "                           [--cache-mb 256]\n\n"
+    "                           [--cache-mb 256] [--shuffle-window-mb N] [--cold]\n\n"
     "Reads the split with hpctrain's loader (data.prefetch=4) in sequential and in shuffled\n"
     "order, with 1 and with 2 reader threads (1T, 2T), in batches of --batch-size, and reads\n"
     "the same shard files raw with read(2), 4 MiB at a time. The loader's first pass in file\n"
     "order reads the split from the files (and fills the page cache and the loader's block\n"
-    "cache, or HDF5's chunk cache for a split larger than --cache-mb) and is reported on its\n"
-    "own; then, for each case, one untimed pass and --repeats timed passes, reported as\n"
-    "medians. MB/s counts the bytes of the input and label fields delivered (raw: file bytes).\n"
+    "cache) and is reported on its own; then, for each case, one untimed pass and --repeats\n"
+    "timed passes, reported as medians. MB/s counts the bytes of the input and label fields\n"
+    "delivered (raw: file bytes); blocks/pass is how many of the split's blocks (one chunk\n"
+    "each) were read from the files per pass. --shuffle-window-mb N shuffles by chunks, as\n"
+    "data.shuffle_window_mb=N does (with a --cache-mb smaller than the split, this is the\n"
+    "case it is for). --cold drops the shard files from the page cache (posix_fadvise\n"
+    "DONTNEED) before every pass, raw reads included, so reads come from the device.\n"
     "The check compares the label sum of every pass with the one in file order, so a lost or\n"
     "repeated sample fails the run.\n\n"
     "usage: mpirun -np N hpctrain bench data --data PATH --io [--split train] [--repeats 3]\n\n"
@@ -43,6 +47,14 @@ const char* const kDataUsage =
     "data.io=mpio: each rank reads 1/N and the shares are exchanged).\n";
 
 constexpr int kPrefetch = 4;
+
+// --cold: the kernel forgets the file's cached pages, so the next read goes to the device.
+void drop_from_page_cache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw DataError(path + ": cannot open to drop it from the page cache");
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
 
 std::int64_t read_file_raw(const std::string& path, std::vector<char>& buffer) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -66,18 +78,29 @@ int bench_data(const config::ParsedArgs& parsed) {
   const std::int64_t batch = int_flag(parsed, "bench data", "batch-size", "64");
   const auto repeats = static_cast<int>(int_flag(parsed, "bench data", "repeats", "3"));
   const std::int64_t cache_mb = int_flag(parsed, "bench data", "cache-mb", "256");
+  const std::int64_t window_mb = int_flag(parsed, "bench data", "shuffle-window-mb", "0");
+  const bool cold = parsed.has("cold");
   if (batch < 1 || repeats < 1) throw ConfigError("bench data: --batch-size and --repeats must be >= 1");
+  if (window_mb < 0 || 2 * window_mb > cache_mb) {
+    throw ConfigError("bench data: --shuffle-window-mb must be >= 0 and at most half of --cache-mb");
+  }
   if (parsed.has("io")) return bench_data_io(dir, split_name, cache_mb, repeats);
 
   const data::Split split = data::Split::load(dir, split_name, cache_mb << 20);
   const data::Manifest& m = split.manifest();
   const std::int64_t n = split.size();
   const std::int64_t sample_bytes = data::row_bytes(m.fields.front()) + 8;  // input + int64 label
+  std::vector<std::string> files;
+  for (const auto& shard : m.split(split_name).shards) files.push_back((std::filesystem::path(dir) / shard.file).string());
+  const auto drop_cache = [&] {
+    if (cold) for (const auto& file : files) drop_from_page_cache(file);
+  };
 
   data::SamplerOptions options;
   options.dataset_size = n;
   options.batch_size = batch;
   options.seed = 1;
+  data::set_shuffle_window(m, split_name, window_mb, options);
   const data::DistributedSampler sampler(options);
   const std::vector<std::int64_t> shuffled = sampler.global_order(0);
 
@@ -95,6 +118,7 @@ int bench_data(const config::ParsedArgs& parsed) {
   const std::vector<std::vector<std::int64_t>> shuffled_steps = steps_of(true);
   std::int64_t label_sum = 0;
   const auto pass = [&](const std::vector<std::vector<std::int64_t>>& steps, int threads) {
+    drop_cache();
     data::Loader loader(split, steps, {kPrefetch, threads});
     label_sum = 0;
     for (size_t i = 0; i < steps.size(); ++i) label_sum += loader.next().target.sum().item<std::int64_t>();
@@ -102,18 +126,21 @@ int bench_data(const config::ParsedArgs& parsed) {
   struct Case {
     std::string name;
     double seconds;
+    double blocks_per_pass;
   };
   std::vector<Case> cases;
   const Timer first_timer;
   pass(sequential_steps, 1);
-  cases.push_back({"loader first pass", first_timer.elapsed_s()});
+  cases.push_back({"loader first pass", first_timer.elapsed_s(), static_cast<double>(split.blocks_read())});
   const std::int64_t sequential_sum = label_sum;
   bool check = true;
+  const std::string shuffled_name = window_mb > 0 ? "loader by chunks" : "loader shuffled";
   for (const bool shuffle : {false, true}) {
     for (const int threads : {1, 2}) {
+      const std::int64_t blocks_before = split.blocks_read();
       const double seconds = median(time_passes(repeats, [&] { pass(shuffle ? shuffled_steps : sequential_steps, threads); }));
-      cases.push_back({std::string(shuffle ? "loader shuffled" : "loader sequential") + ", " +
-                           std::to_string(threads) + "T", seconds});
+      cases.push_back({(shuffle ? shuffled_name : std::string("loader sequential")) + ", " + std::to_string(threads) + "T",
+                       seconds, static_cast<double>(split.blocks_read() - blocks_before) / (repeats + 1)});
       check = check && label_sum == sequential_sum;
     }
   }
@@ -121,26 +148,28 @@ int bench_data(const config::ParsedArgs& parsed) {
   std::vector<char> buffer(4 << 20);
   std::int64_t raw_bytes = 0;
   const double raw_s = median(time_passes(repeats, [&] {
+    drop_cache();
     raw_bytes = 0;
-    for (const auto& shard : m.split(split_name).shards) {
-      raw_bytes += read_file_raw((std::filesystem::path(dir) / shard.file).string(), buffer);
-    }
+    for (const auto& file : files) raw_bytes += read_file_raw(file, buffer);
   }));
 
   const double raw_mbps = raw_bytes / raw_s / 1e6;
   std::printf("# bench data: %s split %s, %lld samples of %lld bytes, batch %lld, prefetch %d,\n"
-              "# 1 or 2 reader threads (1T, 2T); %s;\n"
+              "# 1 or 2 reader threads (1T, 2T); %s; %s;\n"
               "# median of %d timed passes after 1 untimed pass; MB/s = delivered bytes / time\n",
               dir.c_str(), split_name.c_str(), static_cast<long long>(n),
               static_cast<long long>(sample_bytes), static_cast<long long>(batch), kPrefetch,
-              split.caches_blocks() ? "split held in memory after its first read"
-                                    : "split larger than --cache-mb: read per batch",
-              repeats);
-  std::printf("%-24s %12s %10s %12s\n", "case", "samples/s", "MB/s", "% of raw");
-  std::printf("%-24s %12s %10.1f %12s\n", "raw sequential read", "-", raw_mbps, "100.0");
+              split.caches_blocks()
+                  ? "split held in memory after its first read"
+                  : ("split larger than --cache-mb: " + std::to_string(split.blocks_held_at_most()) +
+                     " blocks held").c_str(),
+              cold ? "page cache dropped before every pass (--cold)" : "page cache as it is", repeats);
+  std::printf("%-24s %12s %10s %10s %12s\n", "case", "samples/s", "MB/s", "% of raw", "blocks/pass");
+  std::printf("%-24s %12s %10.1f %10s %12s\n", "raw sequential read", "-", raw_mbps, "100.0", "-");
   for (const Case& c : cases) {
     const double mbps = n * sample_bytes / c.seconds / 1e6;
-    std::printf("%-24s %12.0f %10.1f %12.1f\n", c.name.c_str(), n / c.seconds, mbps, 100.0 * mbps / raw_mbps);
+    std::printf("%-24s %12.0f %10.1f %10.1f %12.1f\n", c.name.c_str(), n / c.seconds, mbps, 100.0 * mbps / raw_mbps,
+                c.blocks_per_pass);
   }
   std::printf("check: %s (label sum of every timed pass against %lld in file order)\n",
               check ? "OK" : "FAILED", static_cast<long long>(sequential_sum));

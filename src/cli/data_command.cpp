@@ -12,6 +12,7 @@
 #include "hpctrain/data/dataset_check.h"
 #include "hpctrain/data/distributed_sampler.h"
 #include "hpctrain/data/manifest.h"
+#include "hpctrain/data/split.h"
 #include "hpctrain/data/token_stream.h"
 #include "hpctrain/data/token_windows.h"
 #include "runtime.h"
@@ -23,13 +24,15 @@ const char* kUsage =
     "usage: hpctrain data inspect PATH [--verify]\n"
     "       hpctrain data order --data PATH [--split train] --world-size W --rank R --epoch E\n"
     "                           [--seed S] [--from-cursor C] [--limit K] [--batch-size B]\n"
-    "                           [--drop-last] [--no-shuffle] [--block-size T]\n\n"
+    "                           [--drop-last] [--no-shuffle] [--shuffle-window-mb N]\n"
+    "                           [--block-size T]\n\n"
     "inspect: the manifest, schema and sample counts per split and shard; --verify also reads\n"
     "         every chunk (checking its checksum) and names the first bad shard and field.\n"
     "order:   the dataset indices rank R trains on in epoch E (1-based, as the logs count), one\n"
     "         per line, in order, from the epoch's global cursor C (0: the start). --seed,\n"
-    "         --batch-size, --drop-last and --no-shuffle must match the run's train.seed,\n"
-    "         train.batch_size, train.drop_last and train.shuffle (defaults: their defaults);\n"
+    "         --batch-size, --drop-last, --no-shuffle and --shuffle-window-mb must match the\n"
+    "         run's train.seed, train.batch_size, train.drop_last, train.shuffle and\n"
+    "         data.shuffle_window_mb (defaults: their defaults);\n"
     "         the batch size matters only with --drop-last. For a token stream (prepare text),\n"
     "         the offsets of the windows of --block-size + 1 tokens rank R trains on, drawn\n"
     "         from (seed, epoch, window position); C counts windows.\n";
@@ -83,9 +86,9 @@ int window_order(const config::ParsedArgs& parsed, const data::SplitSpec& split,
     throw ConfigError("data order: the split is a token stream; --block-size is required (the "
                       "tokens a model sees per window)");
   }
-  if (parsed.has("drop-last") || parsed.has("no-shuffle")) {
-    throw ConfigError("data order: --drop-last and --no-shuffle apply to sample splits; a token "
-                      "stream's windows are always drawn at random");
+  if (parsed.has("drop-last") || parsed.has("no-shuffle") || parsed.has("shuffle-window-mb")) {
+    throw ConfigError("data order: --drop-last, --no-shuffle and --shuffle-window-mb apply to sample "
+                      "splits; a token stream's windows are always drawn at random");
   }
   data::TokenWindowOptions options;
   options.stream_tokens = split.samples();
@@ -118,6 +121,9 @@ int order(const config::ParsedArgs& parsed) {
   options.seed = static_cast<std::uint64_t>(int_flag(parsed, "data", "seed", table_default("train.seed")));
   options.shuffle = !parsed.has("no-shuffle");
   options.drop_last = parsed.has("drop-last");
+  const std::int64_t window_mb = int_flag(parsed, "data", "shuffle-window-mb", "0");
+  if (window_mb < 0) throw ConfigError("data order: --shuffle-window-mb must be >= 0");
+  data::set_shuffle_window(m, split, window_mb, options);
   const std::int64_t epoch = int_flag(parsed, "data", "epoch", "");
   if (options.world_size < 1 || options.rank >= options.world_size) {
     throw ConfigError("data order: need --world-size >= 1 and 0 <= --rank < world size");
@@ -149,7 +155,7 @@ int run_data(const Args& args) {
       {"world-size", true, ""},   {"rank", true, ""},        {"epoch", true, ""},
       {"seed", true, ""},         {"from-cursor", true, ""}, {"limit", true, ""},
       {"batch-size", true, ""},   {"drop-last", false, ""},  {"no-shuffle", false, ""},
-      {"block-size", true, ""},
+      {"block-size", true, ""},   {"shuffle-window-mb", true, ""},
   };
   if (wants_help(args)) {
     std::cout << kUsage;

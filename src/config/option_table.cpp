@@ -190,9 +190,15 @@ std::vector<Option> build_table() {
           one_of({"posix", "mpio"})),
       row("data.cache_mb", &C::data, &DataConfig::cache_mb, "256",
           "Memory per split and rank for its data, in MiB: a split that fits is kept in memory "
-          "once read (shuffled order then costs what file order costs); a larger one is read "
-          "per batch through an HDF5 chunk cache of this size.",
+          "once read (shuffled order then costs what file order costs); of a larger one the "
+          "most recently used blocks (one HDF5 chunk, about 1 MiB, each) are kept.",
           at_least<I>(1)),
+      row("data.shuffle_window_mb", &C::data, &DataConfig::shuffle_window_mb, "0",
+          "0: each epoch is one global permutation of the split, fast while the split fits "
+          "data.cache_mb. N: for a split larger than memory, its chunks are visited in a random "
+          "order and the samples of each N MiB of chunks are shuffled together, so every chunk "
+          "is read once per epoch; needs data.cache_mb >= 2N (docs/dataset-format.md).",
+          at_least<I>(0)),
 
       row("model.name", &C::model, &ModelConfig::name, "fashion_cnn",
           "Model to train, from the built-in registry.", one_of({"fashion_cnn", "mlp", "resnet"})),

@@ -1,6 +1,7 @@
 #include "hpctrain/data/distributed_sampler.h"
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -13,6 +14,12 @@ DistributedSampler::DistributedSampler(const SamplerOptions& options) : options_
   HT_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size,
            "bad rank/world size");
   HT_CHECK(options.batch_size >= 1, "batch size must be >= 1");
+  HT_CHECK(options.window_blocks >= 1, "a shuffle window holds at least one block");
+  HT_CHECK(options.block_starts.empty() ||
+               (options.block_starts.front() == 0 && options.block_starts.back() < options.dataset_size &&
+                std::adjacent_find(options.block_starts.begin(), options.block_starts.end(),
+                                   std::greater_equal<>()) == options.block_starts.end()),
+           "shuffle blocks must start at 0 and at increasing samples inside the split");
   if (options.dataset_size < 1) throw DataError("the split to sample from is empty");
   if (steps_from(0) == 0) {
     throw ConfigError("train.drop_last: a global batch of " +
@@ -25,18 +32,45 @@ DistributedSampler::DistributedSampler(const SamplerOptions& options) : options_
   }
 }
 
+namespace {
+
+// Fisher-Yates driven by mt19937_64, whose output the standard fixes, so the order is the same with
+// every compiler and library (std::shuffle's is not). The modulo bias of a 64-bit draw is below
+// 2^-24 for any range under 2^40 elements.
+void shuffle_range(std::int64_t* first, std::int64_t count, std::mt19937_64& rng) {
+  for (std::int64_t i = count - 1; i > 0; --i) {
+    const auto j = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(i + 1));
+    std::swap(first[i], first[j]);
+  }
+}
+
+}  // namespace
+
 std::vector<std::int64_t> DistributedSampler::global_order(std::int64_t epoch) const {
-  std::vector<std::int64_t> order(static_cast<size_t>(options_.dataset_size));
+  const std::int64_t n = options_.dataset_size;
+  std::vector<std::int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
-  if (options_.shuffle) {
-    // Fisher-Yates driven by mt19937_64, whose output the standard fixes, so the order is the same
-    // with every compiler and library (std::shuffle's is not). The modulo bias of a 64-bit draw is
-    // below 2^-24 for any dataset under 2^40 samples.
-    std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(epoch));
-    for (size_t i = order.size() - 1; i > 0; --i) {
-      const auto j = static_cast<size_t>(rng() % (i + 1));
-      std::swap(order[i], order[j]);
+  if (!options_.shuffle) return order;
+  std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(epoch));
+  if (options_.block_starts.empty()) {
+    shuffle_range(order.data(), n, rng);
+    return order;
+  }
+  // Blocks in a random order, then the samples of each window of window_blocks blocks shuffled.
+  const std::vector<std::int64_t>& starts = options_.block_starts;
+  std::vector<size_t> blocks(starts.size());
+  std::iota(blocks.begin(), blocks.end(), 0);
+  for (size_t i = blocks.size() - 1; i > 0; --i) std::swap(blocks[i], blocks[rng() % (i + 1)]);
+  const auto window = static_cast<size_t>(options_.window_blocks);
+  std::int64_t position = 0;
+  for (size_t w = 0; w < blocks.size(); w += window) {
+    const std::int64_t window_start = position;
+    for (size_t k = w; k < std::min(blocks.size(), w + window); ++k) {
+      const size_t b = blocks[k];
+      const std::int64_t end = b + 1 < starts.size() ? starts[b + 1] : n;
+      for (std::int64_t i = starts[b]; i < end; ++i) order[static_cast<size_t>(position++)] = i;
     }
+    shuffle_range(order.data() + window_start, position - window_start, rng);
   }
   return order;
 }

@@ -27,6 +27,10 @@ std::int64_t row_bytes(const FieldSpec& field) {
   return bytes;
 }
 
+std::int64_t chunk_rows(const FieldSpec& field) {
+  return std::max<std::int64_t>(1, kChunkBytes / row_bytes(field));
+}
+
 int parse_compression(const std::string& text) {
   if (text == "none") return 0;
   if (text == "deflate") return 4;
@@ -61,7 +65,7 @@ SplitSpec write_split(const std::string& dir, const std::string& split,
       const std::int64_t bytes = row_bytes(fields[i]);
       io::WriteOptions write;
       write.deflate_level = options.deflate_level;
-      write.chunk_rows = std::max<std::int64_t>(1, kChunkBytes / bytes);
+      write.chunk_rows = chunk_rows(fields[i]);
       std::vector<std::int64_t> shape{count};
       shape.insert(shape.end(), fields[i].shape.begin(), fields[i].shape.end());
       file.write(fields[i].name, fields[i].dtype, shape,

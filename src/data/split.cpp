@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <list>
 #include <mutex>
 #include <numeric>
 
@@ -32,12 +33,24 @@ io::DType memory_dtype(io::DType stored) {
   return stored == io::DType::kUInt16 ? io::DType::kInt32 : stored;
 }
 
+// One sample's input in memory dtype.
+std::int64_t memory_row_bytes(const FieldSpec& input) {
+  return row_bytes(input) / io::dtype_size(input.dtype) * io::dtype_size(memory_dtype(input.dtype));
+}
+
+// A block in the cache: its inputs and int64 labels.
+std::int64_t block_bytes(const FieldSpec& input) { return chunk_rows(input) * (memory_row_bytes(input) + 8); }
+
 }  // namespace
 
-// Note [Block cache]: when a split fits in data.cache_mb, its rows are read in blocks of about
-// 1 MiB, each block once, and kept decoded in memory; a batch is then copied row by row from
-// memory, so shuffled order costs what file order costs. A split larger than the budget is read
-// per batch instead, adjacent samples as one hyperslab each, through HDF5's chunk cache.
+// Note [Block cache]: a split is read in blocks of consecutive rows, one HDF5 chunk of the input
+// field each (about 1 MiB; data::chunk_rows), kept decoded in memory; a batch is copied row by row
+// from its blocks. When the whole split fits in data.cache_mb, every block is read once and kept, so
+// shuffled order costs what file order costs. A larger split keeps the cache_mb most recently used
+// blocks: read in file order, or shuffled by blocks (data.shuffle_window_mb, the sampler's window
+// of blocks within the cache), each block is still read once per epoch; in a global shuffle almost
+// every sample costs a block read. Blocks are shared_ptrs, so one evicted while another thread
+// copies from it lives until that copy ends.
 struct Split::State {
   struct Block {
     std::vector<std::uint8_t> input;  // rows in memory dtype, back to back
@@ -46,34 +59,55 @@ struct Split::State {
   struct Shard {
     std::int64_t first = 0;  // index of its first sample within the split
     std::int64_t samples = 0;
+    std::int64_t first_block = 0;  // index of its first block among the split's
     io::H5File file;
     io::H5Dataset input;
     io::H5Dataset label;
-    mutable std::vector<std::unique_ptr<const Block>> blocks;  // loaded on first use
   };
   Manifest manifest;
   FieldSpec input_field;
   std::vector<Shard> shards;
   std::int64_t samples = 0;
   std::int64_t row_bytes = 0;  // one sample's input in memory dtype
-  bool cache_blocks = false;
   std::int64_t block_rows = 1;
-  mutable std::mutex blocks_mutex;  // guards the lazily filled blocks (io serializes HDF5 calls)
+  bool whole_split = false;        // every block fits in the budget: none is ever evicted
+  std::int64_t capacity = 0;       // blocks held at most
+  mutable std::mutex blocks_mutex;  // guards the members below (io serializes HDF5 calls)
+  mutable std::vector<std::shared_ptr<const Block>> blocks;  // by split-wide block index
+  mutable std::list<std::int64_t> recency;                   // held blocks, most recently used first
+  mutable std::vector<std::list<std::int64_t>::iterator> recency_position;
+  mutable std::int64_t blocks_read = 0;
 
-  const Block& block(const Shard& shard, std::int64_t b) const {
+  std::shared_ptr<const Block> block(const Shard& shard, std::int64_t b) const {
+    const std::int64_t id = shard.first_block + b;
     const std::lock_guard<std::mutex> lock(blocks_mutex);
-    if (!shard.blocks[static_cast<size_t>(b)]) {
-      auto loaded = std::make_unique<Block>();
-      const std::int64_t first = b * block_rows;
-      const std::int64_t rows = std::min(block_rows, shard.samples - first);
-      loaded->input.resize(static_cast<size_t>(rows * row_bytes));
-      loaded->labels.resize(static_cast<size_t>(rows));
-      shard.input.read_rows(memory_dtype(input_field.dtype), first, rows, loaded->input.data());
-      shard.label.read_rows(io::DType::kInt64, first, rows, loaded->labels.data());
-      check_labels(loaded->labels.data(), rows);
-      shard.blocks[static_cast<size_t>(b)] = std::move(loaded);
+    std::shared_ptr<const Block>& held = blocks[static_cast<size_t>(id)];
+    if (held) {
+      recency.splice(recency.begin(), recency, recency_position[static_cast<size_t>(id)]);
+      return held;
     }
-    return *shard.blocks[static_cast<size_t>(b)];
+    auto loaded = std::make_shared<Block>();
+    const std::int64_t first = b * block_rows;
+    const std::int64_t rows = std::min(block_rows, shard.samples - first);
+    loaded->input.resize(static_cast<size_t>(rows * row_bytes));
+    loaded->labels.resize(static_cast<size_t>(rows));
+    shard.input.read_rows(memory_dtype(input_field.dtype), first, rows, loaded->input.data());
+    shard.label.read_rows(io::DType::kInt64, first, rows, loaded->labels.data());
+    check_labels(loaded->labels.data(), rows);
+    ++blocks_read;
+    hold(id, std::move(loaded));
+    return held;
+  }
+
+  // Caller holds blocks_mutex.
+  void hold(std::int64_t id, std::shared_ptr<const Block> block) const {
+    blocks[static_cast<size_t>(id)] = std::move(block);
+    recency.push_front(id);
+    recency_position[static_cast<size_t>(id)] = recency.begin();
+    if (static_cast<std::int64_t>(recency.size()) > capacity) {
+      blocks[static_cast<size_t>(recency.back())].reset();
+      recency.pop_back();
+    }
   }
 
   void check_labels(const std::int64_t* labels, std::int64_t count) const {
@@ -93,9 +127,7 @@ struct Split::State {
     }
   }
 
-  void gather_cached(const std::vector<std::int64_t>& indices, std::uint8_t* input,
-                     std::int64_t* target) const;
-  void gather_runs(const std::vector<std::int64_t>& indices, at::Tensor& raw, at::Tensor& target) const;
+  void gather_rows(const std::vector<std::int64_t>& indices, std::uint8_t* input, std::int64_t* target) const;
 
   const Shard& shard_of(std::int64_t index) const {
     const auto it = std::upper_bound(shards.begin(), shards.end(), index,
@@ -118,30 +150,32 @@ Split Split::load(const std::string& dataset_dir, const std::string& split_name,
   state->input_field = m.fields.front();
   const FieldSpec& label_field = m.field("label");
   if (!label_field.shape.empty()) throw DataError(dataset_dir + ": 'label' must be a scalar per sample");
-  state->row_bytes = row_bytes(state->input_field) / io::dtype_size(state->input_field.dtype) *
-                     io::dtype_size(memory_dtype(state->input_field.dtype));
-  state->block_rows = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / state->row_bytes);
+  state->row_bytes = memory_row_bytes(state->input_field);
+  state->block_rows = chunk_rows(state->input_field);
   const std::int64_t split_bytes = spec.samples() * (state->row_bytes + 8);
-  state->cache_blocks = split_bytes <= cache_bytes;
+  state->whole_split = split_bytes <= cache_bytes;
   for (const auto& shard : spec.shards) {
     const std::string path = (std::filesystem::path(dataset_dir) / shard.file).string();
     if (!std::filesystem::exists(path)) throw DataError(path + ": shard listed in the manifest is missing");
     io::H5File file = io::H5File::open_read(path, ExitCode::kData);
     check_shard_field(file, shard, state->input_field);
     check_shard_field(file, shard, label_field);
-    // Blocks are read once: HDF5 then needs no cache beyond the chunks one block spans. Otherwise
-    // the budget is shared by the shards in proportion to their size.
-    const std::int64_t share = state->cache_blocks
-                                   ? std::int64_t{4} << 20
-                                   : cache_bytes * shard.samples / std::max<std::int64_t>(1, spec.samples());
-    io::H5Dataset input = file.open_dataset(state->input_field.name, share);
-    io::H5Dataset label = file.open_dataset(label_field.name, std::int64_t{1} << 20);
-    const std::int64_t blocks = state->cache_blocks ? (shard.samples + state->block_rows - 1) / state->block_rows : 0;
-    state->shards.push_back(State::Shard{state->samples, shard.samples, std::move(file),
-                                         std::move(input), std::move(label),
-                                         std::vector<std::unique_ptr<const State::Block>>(static_cast<size_t>(blocks))});
+    // Each block is read as one hyperslab into the block cache: HDF5 needs no cache beyond the
+    // chunks one block spans. A label chunk is exactly 1 MiB (131,072 int64), which a 1 MiB chunk
+    // cache does not keep: every block then re-read and re-checksummed it (docs/benchmarks.md).
+    io::H5Dataset input = file.open_dataset(state->input_field.name, std::int64_t{4} << 20);
+    io::H5Dataset label = file.open_dataset(label_field.name, std::int64_t{4} << 20);
+    const std::int64_t first_block = static_cast<std::int64_t>(state->blocks.size());
+    state->blocks.resize(state->blocks.size() +
+                         static_cast<size_t>((shard.samples + state->block_rows - 1) / state->block_rows));
+    state->shards.push_back(State::Shard{state->samples, shard.samples, first_block, std::move(file),
+                                         std::move(input), std::move(label)});
     state->samples += shard.samples;
   }
+  const auto block_count = static_cast<std::int64_t>(state->blocks.size());
+  state->capacity = state->whole_split ? block_count
+                                       : std::clamp<std::int64_t>(cache_bytes / block_bytes(state->input_field), 1, block_count);
+  state->recency_position.resize(state->blocks.size());
   Split out;
   out.state_ = std::move(state);
   return out;
@@ -151,15 +185,16 @@ std::int64_t Split::size() const { return state_->samples; }
 const Manifest& Split::manifest() const { return state_->manifest; }
 std::vector<std::int64_t> Split::sample_shape() const { return state_->input_field.shape; }
 
-void Split::State::gather_cached(const std::vector<std::int64_t>& indices, std::uint8_t* input,
-                                 std::int64_t* target) const {
+void Split::State::gather_rows(const std::vector<std::int64_t>& indices, std::uint8_t* input,
+                               std::int64_t* target) const {
   const auto row = static_cast<size_t>(row_bytes);
   for (size_t k = 0; k < indices.size();) {
     const std::int64_t index = indices[k];
     check_index(index);
     const Shard& shard = shard_of(index);
     const std::int64_t local = index - shard.first;
-    const Block& b = block(shard, local / block_rows);
+    const std::shared_ptr<const Block> held = block(shard, local / block_rows);
+    const Block& b = *held;
     const std::int64_t offset = local % block_rows;
     // Consecutive indices in the same block are copied as one run (file order: whole blocks).
     std::int64_t run = 1;
@@ -176,42 +211,6 @@ void Split::State::gather_cached(const std::vector<std::int64_t>& indices, std::
   }
 }
 
-void Split::State::gather_runs(const std::vector<std::int64_t>& indices, at::Tensor& raw,
-                               at::Tensor& target) const {
-  // Visit the batch in index order, so adjacent samples form runs read as one hyperslab each.
-  std::vector<std::int64_t> by_index(indices.size());
-  std::iota(by_index.begin(), by_index.end(), 0);
-  std::stable_sort(by_index.begin(), by_index.end(),
-                   [&](std::int64_t a, std::int64_t b) { return indices[a] < indices[b]; });
-  const auto row = static_cast<size_t>(row_bytes);
-  std::vector<std::uint8_t> rows;
-  std::vector<std::int64_t> labels;
-  auto* out = static_cast<std::uint8_t*>(raw.data_ptr());
-  auto* out_target = target.data_ptr<std::int64_t>();
-  for (size_t begin = 0; begin < by_index.size();) {
-    const std::int64_t first = indices[by_index[begin]];
-    check_index(first);
-    const Shard& shard = shard_of(first);
-    size_t end = begin + 1;
-    while (end < by_index.size() && indices[by_index[end]] == indices[by_index[end - 1]] + 1 &&
-           indices[by_index[end]] < shard.first + shard.samples) {
-      ++end;
-    }
-    const auto run = static_cast<std::int64_t>(end - begin);
-    rows.resize(static_cast<size_t>(run) * row);
-    labels.resize(static_cast<size_t>(run));
-    shard.input.read_rows(memory_dtype(input_field.dtype), first - shard.first, run, rows.data());
-    shard.label.read_rows(io::DType::kInt64, first - shard.first, run, labels.data());
-    check_labels(labels.data(), run);
-    for (size_t k = begin; k < end; ++k) {
-      const auto slot = static_cast<size_t>(by_index[k]);
-      std::memcpy(out + slot * row, rows.data() + (k - begin) * row, row);
-      out_target[slot] = labels[k - begin];
-    }
-    begin = end;
-  }
-}
-
 Batch Split::gather(const std::vector<std::int64_t>& indices, bool pinned) const {
   const State& s = *state_;
   const auto count = static_cast<std::int64_t>(indices.size());
@@ -220,11 +219,7 @@ Batch Split::gather(const std::vector<std::int64_t>& indices, bool pinned) const
   const auto options = at::TensorOptions().pinned_memory(pinned);
   at::Tensor raw = at::empty(shape, options.dtype(scalar_type(s.input_field.dtype)));
   at::Tensor target = at::empty({count}, options.dtype(at::kLong));
-  if (s.cache_blocks) {
-    s.gather_cached(indices, static_cast<std::uint8_t*>(raw.data_ptr()), target.data_ptr<std::int64_t>());
-  } else {
-    s.gather_runs(indices, raw, target);
-  }
+  s.gather_rows(indices, static_cast<std::uint8_t*>(raw.data_ptr()), target.data_ptr<std::int64_t>());
   return {raw, target};
 }
 
@@ -237,19 +232,26 @@ at::Tensor Split::normalize(const at::Tensor& raw) const {
   return input.sub_(m.input_mean).div_(m.input_std);
 }
 
-bool Split::caches_blocks() const { return state_->cache_blocks; }
+bool Split::caches_blocks() const { return state_->whole_split; }
+
+std::int64_t Split::blocks_held_at_most() const { return state_->capacity; }
+
+std::int64_t Split::blocks_read() const {
+  const std::lock_guard<std::mutex> lock(state_->blocks_mutex);
+  return state_->blocks_read;
+}
 
 void Split::preload() const {
   const State& s = *state_;
-  HT_CHECK(s.cache_blocks, "preload of a split that is not held in memory");
+  HT_CHECK(s.whole_split, "preload of a split that is not held in memory");
   for (const State::Shard& shard : s.shards) {
-    for (size_t b = 0; b < shard.blocks.size(); ++b) s.block(shard, static_cast<std::int64_t>(b));
+    for (std::int64_t b = 0; b * s.block_rows < shard.samples; ++b) s.block(shard, b);
   }
 }
 
 void Split::preload_collective() const {
   const State& s = *state_;
-  HT_CHECK(s.cache_blocks, "preload of a split that is not held in memory");
+  HT_CHECK(s.whole_split, "preload of a split that is not held in memory");
   const FieldSpec& label = s.manifest.field("label");
   for (const State::Shard& shard : s.shards) {
     const io::CollectiveFile file = io::CollectiveFile::open(shard.file.path(), ExitCode::kData);
@@ -259,13 +261,14 @@ void Split::preload_collective() const {
                               input.data());
     file.read_rows_everywhere(label.name, io::DType::kInt64, 0, shard.samples, labels.data());
     s.check_labels(labels.data(), shard.samples);
-    for (size_t b = 0; b < shard.blocks.size(); ++b) {
-      const std::int64_t first = static_cast<std::int64_t>(b) * s.block_rows;
+    const std::lock_guard<std::mutex> lock(s.blocks_mutex);
+    for (std::int64_t b = 0; b * s.block_rows < shard.samples; ++b) {
+      const std::int64_t first = b * s.block_rows;
       const std::int64_t rows = std::min(s.block_rows, shard.samples - first);
-      auto block = std::make_unique<State::Block>();
+      auto block = std::make_shared<State::Block>();
       block->input.assign(input.begin() + first * s.row_bytes, input.begin() + (first + rows) * s.row_bytes);
       block->labels.assign(labels.begin() + first, labels.begin() + first + rows);
-      shard.blocks[b] = std::move(block);
+      if (!s.blocks[static_cast<size_t>(shard.first_block + b)]) s.hold(shard.first_block + b, std::move(block));
     }
   }
 }
@@ -274,6 +277,23 @@ Batch Split::range(std::int64_t first, std::int64_t count) const {
   std::vector<std::int64_t> indices(static_cast<size_t>(count));
   std::iota(indices.begin(), indices.end(), first);
   return gather(indices);
+}
+
+void set_shuffle_window(const Manifest& manifest, const std::string& split, std::int64_t window_mb,
+                        SamplerOptions& options) {
+  if (window_mb <= 0) return;
+  // The blocks a Split reads: each shard's samples in runs of chunk_rows.
+  const FieldSpec& input = manifest.fields.front();
+  const std::int64_t rows = chunk_rows(input);
+  options.block_starts.clear();
+  std::int64_t shard_first = 0;
+  for (const ShardSpec& shard : manifest.split(split).shards) {
+    for (std::int64_t first = 0; first < shard.samples; first += rows) options.block_starts.push_back(shard_first + first);
+    shard_first += shard.samples;
+  }
+  // Counted in blocks as the cache holds them, so with data.cache_mb >= 2 x window_mb the cache
+  // holds two windows: the one being read and the next.
+  options.window_blocks = std::max<std::int64_t>(1, (window_mb << 20) / block_bytes(input));
 }
 
 }  // namespace hpctrain::data

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -95,6 +96,12 @@ TrainingSetup prepare_training(const config::Config& config, bool need_train_spl
   // Same seed everywhere: every rank builds identical initial weights (rank 0's are broadcast
   // anyway, so a rank with a different libtorch still starts from the same point).
   torch::manual_seed(static_cast<std::uint64_t>(config.train.seed));
+  if (config.data.shuffle_window_mb * 2 > config.data.cache_mb) {
+    throw ConfigError("data.shuffle_window_mb=" + std::to_string(config.data.shuffle_window_mb) +
+                      " needs data.cache_mb >= " + std::to_string(2 * config.data.shuffle_window_mb) +
+                      " (the window being read and the next are held in memory; data.cache_mb is " +
+                      std::to_string(config.data.cache_mb) + "); raise data.cache_mb or lower the window");
+  }
   std::optional<data::Split> train_split;
   const std::int64_t cache_bytes = config.data.cache_mb << 20;
   if (need_train_split) {
@@ -162,7 +169,7 @@ struct Trainer::State {
     if (config().data.io != "mpio" || !setup.train_split) return;
     if (!setup.train_split->caches_blocks()) {
       log::warn("data.io=mpio applies to a split held in memory; '{}' is larger than data.cache_mb={} "
-                "and is read per batch with POSIX reads",
+                "and is read block by block with POSIX reads",
                 config().data.train_split, config().data.cache_mb);
       return;
     }
@@ -566,7 +573,18 @@ TrainSummary Trainer::run() {
   options.seed = static_cast<std::uint64_t>(train.seed);
   options.shuffle = train.shuffle;
   options.drop_last = train.drop_last;
+  data::set_shuffle_window(s.setup.train_split->manifest(), s.config().data.train_split,
+                           s.config().data.shuffle_window_mb, options);
   const data::DistributedSampler sampler(options);
+  if (train.shuffle && !options.block_starts.empty()) {
+    log::info("shuffling by chunks (data.shuffle_window_mb={}): {} blocks, the samples of {} at a time mixed",
+              s.config().data.shuffle_window_mb, options.block_starts.size(), options.window_blocks);
+  } else if (train.shuffle && !s.setup.train_split->caches_blocks()) {
+    log::warn("split '{}' is larger than data.cache_mb={}: a global shuffle reads about one ~1 MiB "
+              "chunk per sample; set data.shuffle_window_mb (e.g. {}) to shuffle by chunks, or raise "
+              "data.cache_mb", s.config().data.train_split, s.config().data.cache_mb,
+              std::max<std::int64_t>(1, s.config().data.cache_mb / 4));
+  }
   s.accum = accumulation_steps(train, s.comm->size());
   const std::int64_t global_batch = train.batch_size * s.accum * s.comm->size();
   s.peak_lr = peak_lr(s.config().optim, global_batch);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
+#include <string>
 
 #include "hpctrain/core/error.h"
 
@@ -124,6 +126,106 @@ TEST(DistributedSampler, KnownOrderIsStableAcrossBuilds) {
   // The order is part of the resume contract: it must not change with the compiler or library.
   EXPECT_EQ(DistributedSampler(options(8, 1, 0, 1)).global_order(0),
             (std::vector<std::int64_t>{4, 2, 1, 5, 0, 6, 3, 7}));
+}
+
+// Blocks of `rows` samples that restart at every shard of `shard` samples, as a Split reads them.
+std::vector<std::int64_t> block_starts(std::int64_t n, std::int64_t shard, std::int64_t rows) {
+  std::vector<std::int64_t> starts;
+  for (std::int64_t first = 0; first < n; first += shard) {
+    for (std::int64_t b = first; b < std::min(n, first + shard); b += rows) starts.push_back(b);
+  }
+  return starts;
+}
+
+SamplerOptions by_blocks(std::int64_t n, int world, int rank, std::vector<std::int64_t> starts, std::int64_t window) {
+  SamplerOptions o = options(n, world, rank, 4);
+  o.block_starts = std::move(starts);
+  o.window_blocks = window;
+  return o;
+}
+
+// Walks `order` window by window: each must hold exactly `window` whole blocks (the last fewer).
+void expect_whole_blocks_per_window(const std::vector<std::int64_t>& order, const std::vector<std::int64_t>& starts,
+                                    std::int64_t window, const std::string& where) {
+  const auto n = static_cast<std::int64_t>(order.size());
+  const auto block_of = [&](std::int64_t i) {
+    return static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), i) - starts.begin() - 1);
+  };
+  const auto block_size = [&](size_t b) { return (b + 1 < starts.size() ? starts[b + 1] : n) - starts[b]; };
+  auto blocks_left = static_cast<std::int64_t>(starts.size());
+  for (std::int64_t pos = 0; pos < n;) {
+    const std::int64_t want = std::min(window, blocks_left);
+    std::map<size_t, int> in_window;
+    std::int64_t whole = 0;  // samples of the blocks seen so far
+    std::int64_t p = pos;
+    while (p < n) {
+      const size_t b = block_of(order[static_cast<size_t>(p)]);
+      if (in_window[b]++ == 0) whole += block_size(b);
+      ++p;
+      ASSERT_LE(static_cast<std::int64_t>(in_window.size()), want) << where << ": window at " << pos;
+      if (static_cast<std::int64_t>(in_window.size()) == want && p - pos == whole) break;
+    }
+    ASSERT_EQ(p - pos, whole) << where << ": window at " << pos << " ends inside a block";
+    blocks_left -= want;
+    pos = p;
+  }
+  EXPECT_EQ(blocks_left, 0) << where;
+}
+
+TEST(DistributedSampler, ShufflingByBlocksIsAPermutationOfWholeBlocksPerWindow) {
+  for (const std::int64_t n : {1, 10, 97, 1000}) {
+    for (const std::int64_t shard : {n, std::int64_t{13}}) {
+      for (const std::int64_t rows : {1, 4, 32}) {
+        for (const std::int64_t window : {1, 2, 5}) {
+          const std::vector<std::int64_t> starts = block_starts(n, shard, rows);
+          const DistributedSampler sampler(by_blocks(n, 1, 0, starts, window));
+          for (const std::int64_t epoch : {0, 1}) {
+            const std::string where = "n " + std::to_string(n) + " shard " + std::to_string(shard) + " rows " +
+                                      std::to_string(rows) + " window " + std::to_string(window) + " epoch " +
+                                      std::to_string(epoch);
+            auto order = sampler.global_order(epoch);
+            expect_whole_blocks_per_window(order, starts, window, where);
+            std::sort(order.begin(), order.end());
+            for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(order[static_cast<size_t>(i)], i) << where;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(DistributedSampler, ShufflingByBlocksMixesBlocksAndSamplesDifferentlyEachEpoch) {
+  const DistributedSampler sampler(by_blocks(1000, 1, 0, block_starts(1000, 1000, 10), 3));
+  const auto first = sampler.global_order(0);
+  std::vector<std::int64_t> file_order(1000);
+  std::iota(file_order.begin(), file_order.end(), 0);
+  EXPECT_NE(first, file_order);
+  EXPECT_NE(first, sampler.global_order(1));
+  EXPECT_EQ(first, DistributedSampler(by_blocks(1000, 1, 0, block_starts(1000, 1000, 10), 3)).global_order(0));
+  // Not just the blocks moved: inside the first window, samples of its blocks alternate.
+  std::int64_t block_changes = 0;
+  for (size_t i = 1; i < 30; ++i) block_changes += first[i] / 10 != first[i - 1] / 10;
+  EXPECT_GT(block_changes, 5);
+}
+
+TEST(DistributedSampler, ShufflingByBlocksResumesOnAnotherWorldSizeCoveringTheRestOnce) {
+  const std::int64_t n = 103;
+  const std::vector<std::int64_t> starts = block_starts(n, 40, 8);
+  for (int before = 1; before <= 5; ++before) {
+    const DistributedSampler first(by_blocks(n, before, 0, starts, 2));
+    const auto order = first.global_order(4);
+    std::int64_t cursor = 0;
+    for (int s = 0; s < 3; ++s) cursor = first.step(order, cursor).next_cursor;
+    for (int after = 1; after <= 5; ++after) {
+      std::vector<int> seen(static_cast<size_t>(n), 0);
+      for (std::int64_t p = 0; p < cursor; ++p) ++seen[static_cast<size_t>(order[static_cast<size_t>(p)])];
+      for (int rank = 0; rank < after; ++rank) {
+        const DistributedSampler next(by_blocks(n, after, rank, starts, 2));
+        for (const std::int64_t i : next.rank_indices(next.global_order(4), cursor)) ++seen[static_cast<size_t>(i)];
+      }
+      for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[static_cast<size_t>(i)], 1) << before << " -> " << after;
+    }
+  }
 }
 
 TEST(DistributedSampler, RankIndicesDoNotDependOnTheBatchSize) {

@@ -11,6 +11,7 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/data/distributed_sampler.h"
 #include "hpctrain/data/shard_writer.h"
+#include "hpctrain/data/split.h"
 #include "hpctrain/core/system.h"
 
 namespace hpctrain::data {
@@ -45,8 +46,8 @@ class LoaderTest : public ::testing::Test {
   std::string dir_;
 };
 
-// Both read paths (Note [Block cache]): the split held in memory, and per-batch hyperslab runs
-// when the cache budget (here 1 byte) is too small for it.
+// Both cache sizes (Note [Block cache]): the split held in memory, and a budget (here 1 byte) too
+// small for it, where one block at a time is held.
 constexpr std::int64_t kFits = std::int64_t{256} << 20;
 constexpr std::int64_t kTooSmall = 1;
 
@@ -68,43 +69,96 @@ TEST_F(LoaderTest, GatherReturnsSamplesInBatchOrderAcrossShardsAndRepeats) {
   }
 }
 
-// Rows of 256 KiB make blocks of 4 rows, so shards of 12 and 13 rows span several blocks each,
-// the last one partial.
-TEST(LoaderBlocks, RowsComeFromTheRightBlockOfTheRightShard) {
-  const std::string dir =
-      (fs::temp_directory_path() / ("hpctrain_blocks_" + std::to_string(::getpid()))).string();
-  hpctrain::sys::remove_tree(dir);
-  fs::create_directories(dir);
-  constexpr std::int64_t kWidth = 65536;
-  constexpr std::int64_t kSamples = 50;
-  std::vector<float> x(static_cast<size_t>(kSamples * kWidth));
-  std::vector<std::int64_t> y;
-  for (std::int64_t i = 0; i < kSamples; ++i) {
-    x[static_cast<size_t>(i * kWidth)] = static_cast<float>(i);
-    x[static_cast<size_t>(i * kWidth + kWidth - 1)] = static_cast<float>(-i);
-    y.push_back(i % 7);
-  }
-  Manifest m;
-  m.name = "wide";
-  m.num_classes = 7;
-  m.fields = {{"input", io::DType::kFloat32, {kWidth}}, {"label", io::DType::kInt64, {}}};
-  ShardingOptions sharding;
-  sharding.shards = 4;
-  m.splits["train"] = write_split(dir, "train", m.fields, {x.data(), y.data()}, kSamples, sharding);
-  m.save(dir);
+// Rows of 256 KiB make blocks of 4 rows (one chunk each, about 1 MiB in memory), so shards of 12
+// and 13 rows span several blocks each, the last one partial: 3 + 4 + 3 + 4 = 14 blocks.
+constexpr std::int64_t kWidth = 65536;
+constexpr std::int64_t kWideSamples = 50;
 
-  const Split split = Split::load(dir, "train", kFits);
+class WideSplit : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() / ("hpctrain_blocks_" + std::to_string(::getpid()))).string();
+    hpctrain::sys::remove_tree(dir_);
+    fs::create_directories(dir_);
+    std::vector<float> x(static_cast<size_t>(kWideSamples * kWidth));
+    std::vector<std::int64_t> y;
+    for (std::int64_t i = 0; i < kWideSamples; ++i) {
+      x[static_cast<size_t>(i * kWidth)] = static_cast<float>(i);
+      x[static_cast<size_t>(i * kWidth + kWidth - 1)] = static_cast<float>(-i);
+      y.push_back(i % 7);
+    }
+    manifest_.name = "wide";
+    manifest_.num_classes = 7;
+    manifest_.fields = {{"input", io::DType::kFloat32, {kWidth}}, {"label", io::DType::kInt64, {}}};
+    ShardingOptions sharding;
+    sharding.shards = 4;
+    manifest_.splits["train"] = write_split(dir_, "train", manifest_.fields, {x.data(), y.data()}, kWideSamples, sharding);
+    manifest_.save(dir_);
+  }
+  void TearDown() override { hpctrain::sys::remove_tree(dir_); }
+
+  // Reads the sampler's epoch through a Loader and checks every sample of every batch.
+  static void read_epoch(const Split& split, const DistributedSampler& sampler, const LoaderOptions& loader_options) {
+    std::vector<std::vector<std::int64_t>> steps;
+    for (const SamplerStep& step : sampler.steps(sampler.global_order(0), 0)) steps.push_back(step.indices);
+    Loader loader(split, steps, loader_options);
+    for (const auto& indices : steps) {
+      const Batch batch = loader.next();
+      for (size_t k = 0; k < indices.size(); ++k) {
+        const auto row = static_cast<std::int64_t>(k);
+        ASSERT_EQ(batch.input[row][0].item<float>(), static_cast<float>(indices[k]));
+        ASSERT_EQ(batch.input[row][kWidth - 1].item<float>(), -static_cast<float>(indices[k]));
+        ASSERT_EQ(batch.target[row].item<std::int64_t>(), indices[k] % 7);
+      }
+    }
+  }
+
+  std::string dir_;
+  Manifest manifest_;
+};
+
+TEST_F(WideSplit, RowsComeFromTheRightBlockOfTheRightShard) {
+  const Split split = Split::load(dir_, "train", kFits);
   ASSERT_TRUE(split.caches_blocks());
-  std::vector<std::int64_t> indices(kSamples);
-  for (std::int64_t i = 0; i < kSamples; ++i) indices[static_cast<size_t>(i)] = (i * 17) % kSamples;
+  std::vector<std::int64_t> indices(kWideSamples);
+  for (std::int64_t i = 0; i < kWideSamples; ++i) indices[static_cast<size_t>(i)] = (i * 17) % kWideSamples;
   const Batch batch = split.gather(indices);
-  for (std::int64_t k = 0; k < kSamples; ++k) {
+  for (std::int64_t k = 0; k < kWideSamples; ++k) {
     const std::int64_t i = indices[static_cast<size_t>(k)];
     ASSERT_EQ(batch.input[k][0].item<float>(), static_cast<float>(i)) << k;
     ASSERT_EQ(batch.input[k][kWidth - 1].item<float>(), static_cast<float>(-i)) << k;
     ASSERT_EQ(batch.target[k].item<std::int64_t>(), i % 7) << k;
   }
-  hpctrain::sys::remove_tree(dir);
+  EXPECT_EQ(split.blocks_read(), 14);
+}
+
+// A split larger than its cache (6 MiB: 5 blocks): shuffled by chunks in windows of 3 MiB (2
+// blocks), one epoch reads each of the 14 blocks once; a global shuffle keeps reading them again.
+TEST_F(WideSplit, ShufflingByChunksReadsEachBlockOncePerEpochWithinTheCache) {
+  constexpr std::int64_t kCache = std::int64_t{6} << 20;
+  SamplerOptions options;
+  options.dataset_size = kWideSamples;
+  options.batch_size = 4;
+  options.seed = 3;
+  const DistributedSampler global(options);
+  set_shuffle_window(manifest_, "train", 3, options);
+  EXPECT_EQ(options.block_starts, (std::vector<std::int64_t>{0, 4, 8, 12, 16, 20, 24, 25, 29, 33, 37, 41, 45, 49}));
+  EXPECT_EQ(options.window_blocks, 2);
+  const DistributedSampler by_chunks(options);
+
+  const Split split = Split::load(dir_, "train", kCache);
+  ASSERT_FALSE(split.caches_blocks());
+  EXPECT_EQ(split.blocks_held_at_most(), 5);
+  read_epoch(split, by_chunks, {0, 1});
+  EXPECT_EQ(split.blocks_read(), 14);
+
+  const Split again = Split::load(dir_, "train", kCache);
+  read_epoch(again, global, {0, 1});
+  EXPECT_GT(again.blocks_read(), 2 * 14);
+
+  // Two threads reading ahead: the same samples, whatever the order blocks are evicted in.
+  const Split threaded = Split::load(dir_, "train", kCache);
+  read_epoch(threaded, by_chunks, {3, 2});
 }
 
 TEST_F(LoaderTest, BatchesFollowTheSamplerAtEveryPrefetchDepthAndThreadCount) {

@@ -139,6 +139,44 @@ TEST_F(ResumeEndToEnd, AnotherRankCountContinuesTheEpochFromItsCursor) {
   for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "sample " << i;
 }
 
+// data.shuffle_window_mb with a cache smaller than the split: the run says it shuffles by chunks, a
+// resume on 3 ranks continues the epoch, `data order --shuffle-window-mb` gives the order it used
+// (every sample once over both runs), and that order is not the global shuffle's.
+TEST_F(ResumeEndToEnd, ShufflingByChunksContinuesOnAnotherRankCount) {
+  const std::string window = " --data.shuffle_window_mb=1 --data.cache_mb=2";
+  const ProcessResult first = run_command(train(2, "chunks", "--train.max_steps=11" + window));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(count_lines_with(first.err, "shuffling by chunks (data.shuffle_window_mb=1): 2 blocks"), 1) << first.err;
+  const ProcessResult refused = run_command(train(2, "chunks", "--train.max_steps=12 --data.cache_mb=2"));
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("data.shuffle_window_mb 1 -> 0"), std::string::npos) << refused.err;
+  const ProcessResult second = run_command(train(3, "chunks", "--train.max_steps=17" + window));
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  std::vector<int> seen(1200, 0);
+  std::string chunked_order;
+  const auto count = [&](int world, int rank, const std::string& extra) {
+    const ProcessResult r = run_command(kBin + " data order --data " + data_ + " --epoch 1 --batch-size 32 --world-size " +
+                                        std::to_string(world) + " --rank " + std::to_string(rank) + extra);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    if (chunked_order.empty()) chunked_order = r.out;
+    std::istringstream in(r.out);
+    for (std::int64_t index = 0; in >> index;) ++seen.at(static_cast<size_t>(index));
+  };
+  for (int rank = 0; rank < 2; ++rank) count(2, rank, " --limit 352 --shuffle-window-mb 1");
+  for (int rank = 0; rank < 3; ++rank) count(3, rank, " --from-cursor 704 --shuffle-window-mb 1");
+  for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "sample " << i;
+  const ProcessResult global = run_command(kBin + " data order --data " + data_ +
+                                           " --epoch 1 --batch-size 32 --world-size 2 --rank 0 --limit 352");
+  EXPECT_NE(global.out, chunked_order);
+  // The first 600 positions are one shard's samples, in a shuffled order.
+  std::istringstream in(chunked_order);
+  std::vector<std::int64_t> head;
+  for (std::int64_t index = 0; in >> index;) head.push_back(index);
+  ASSERT_EQ(head.size(), 352u);
+  const bool first_shard = head.front() < 600;
+  for (std::size_t k = 0; k < 300; ++k) ASSERT_EQ(head[k] < 600, first_shard) << k;
+}
+
 // ckpt.keep_best: the checkpoint of the best evaluation survives keep_last=1 and is named in `best`.
 TEST_F(ResumeEndToEnd, KeepBestSparesTheBestEvaluationsCheckpoint) {
   const ProcessResult r = run_command(train(2, "best", "--data.eval_split=test --train.epochs=3 "

@@ -19,7 +19,8 @@ struct DataConfig {
   std::int64_t prefetch = 0;  // batches read ahead; 0: read in the training thread
   std::int64_t loader_threads = 1;  // threads reading ahead (with prefetch >= 1)
   std::string io;             // posix | mpio: how a split held in memory is read
-  std::int64_t cache_mb = 0;  // memory per split and rank: the whole split, or HDF5's chunk cache
+  std::int64_t cache_mb = 0;  // memory per split and rank for blocks read from its shards
+  std::int64_t shuffle_window_mb = 0;  // 0: global shuffle; N: shuffle by chunks, N MiB at a time
 };
 
 struct ModelConfig {

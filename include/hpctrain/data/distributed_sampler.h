@@ -3,6 +3,10 @@
 // the next world_size x batch_size positions of the permutation and deals them out, rank r taking
 // positions cursor + r, cursor + r + W, ... So the samples left after cursor C are the same set
 // whatever the world size, and a run resumed at C with W' ranks covers exactly those, once.
+// A split larger than memory shuffles by blocks instead (block_starts, data.shuffle_window_mb):
+// the epoch's order visits the split's blocks of consecutive samples (the HDF5 chunks a Split
+// reads) in a random order, and shuffles the samples within each window of window_blocks
+// consecutive blocks of that order, so a reader holding two windows reads each block once an epoch.
 // The last, partial step of an epoch is either dropped (drop_last) or padded: every rank gets
 // ceil(remaining / W) slots, the ones past the end carry weight 0 and are masked out of the loss and
 // the metrics. Every rank thus runs the same number of steps and issues the same collectives.
@@ -22,6 +26,8 @@ struct SamplerOptions {
   std::uint64_t seed = 0;
   bool shuffle = true;
   bool drop_last = false;
+  std::vector<std::int64_t> block_starts;  // first sample of each block, from 0; empty: global shuffle
+  std::int64_t window_blocks = 1;          // blocks whose samples are shuffled together
 };
 
 // This rank's share of one step.

@@ -30,4 +30,7 @@ SplitSpec write_split(const std::string& dir, const std::string& split,
 // Bytes of one sample of `field`.
 std::int64_t row_bytes(const FieldSpec& field);
 
+// Samples per HDF5 chunk of `field` as write_split lays them out: about 1 MiB, at least one.
+std::int64_t chunk_rows(const FieldSpec& field);
+
 }  // namespace hpctrain::data

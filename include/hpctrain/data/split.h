@@ -1,8 +1,8 @@
-// One split of a dataset (e.g. "train"), read on demand from its HDF5 shards. Two ways, chosen by
-// size (Note [Block cache] in split.cpp): a split that fits in data.cache_mb is read in blocks of
-// about 1 MiB as batches first touch them and then served from memory (over its epochs a rank sees
-// every sample anyway, so reading each block once is the least I/O); a larger split is read per
-// batch, only the samples asked for, adjacent ones as one hyperslab, through HDF5's chunk cache.
+// One split of a dataset (e.g. "train"), read on demand from its HDF5 shards in blocks of
+// consecutive samples, one HDF5 chunk each, kept in memory up to data.cache_mb (Note [Block cache]
+// in split.cpp): a split that fits is read once and held whole; a larger one keeps the most
+// recently used blocks, which serves file order and a shuffle by blocks (data.shuffle_window_mb)
+// with each block read once per epoch.
 // gather() may be called from several threads at once (the loader's): io serializes HDF5 calls
 // (io/h5_file.h), copies from memory run in parallel.
 // Depends on core, io, data/manifest, ATen.
@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/data/distributed_sampler.h"
 #include "hpctrain/data/manifest.h"
 
 namespace hpctrain::data {
@@ -49,6 +50,10 @@ class Split {
 
   // True when the whole split fits in the cache budget and is held in memory in blocks once read.
   bool caches_blocks() const;
+  // Blocks the cache holds at most (all of them when caches_blocks()).
+  std::int64_t blocks_held_at_most() const;
+  // Blocks read from the files so far, re-reads of evicted blocks included.
+  std::int64_t blocks_read() const;
 
   // For a split held in memory (caches_blocks()): reads every block not read yet, now.
   // preload() reads on this rank alone (POSIX I/O through HDF5). preload_collective() is
@@ -61,5 +66,11 @@ class Split {
   struct State;
   std::shared_ptr<const State> state_;  // shared: a Split is cheap to copy
 };
+
+// data.shuffle_window_mb as the sampler takes it for `split`: the blocks a Split reads (one input
+// chunk of one shard each), window_mb MiB of them, at least one, shuffled together. window_mb 0
+// keeps the global shuffle.
+void set_shuffle_window(const Manifest& manifest, const std::string& split, std::int64_t window_mb,
+                        SamplerOptions& options);
 
 }  // namespace hpctrain::data
