@@ -199,6 +199,14 @@ std::vector<Option> build_table() {
           "order and the samples of each N MiB of chunks are shuffled together, so every chunk "
           "is read once per epoch; needs data.cache_mb >= 2N (docs/dataset-format.md).",
           at_least<I>(0)),
+      row("data.random_crop", &C::data, &DataConfig::random_crop, "0",
+          "Training augmentation for images: pad each side with this many zero pixels, then crop "
+          "back to the image size at a random offset (torchvision's RandomCrop(padding=N)); 0: off. "
+          "Drawn per sample from (train.seed, epoch, sample index), so a resume repeats it.",
+          at_least<I>(0)),
+      row("data.random_flip", &C::data, &DataConfig::random_flip, "false",
+          "Training augmentation for images: mirror each image left-right with probability 1/2, "
+          "drawn like data.random_crop."),
 
       row("model.name", &C::model, &ModelConfig::name, "fashion_cnn",
           "Model to train, from the built-in registry.", one_of({"fashion_cnn", "mlp", "resnet"})),

@@ -2,21 +2,10 @@
 
 #include <string>
 
+#include "hpctrain/core/counter_rng.h"
 #include "hpctrain/core/error.h"
 
 namespace hpctrain::data {
-namespace {
-
-// SplitMix64's finalizer: a counter-based generator, so window p needs no draws for windows
-// 0..p-1 and any rank can compute any window directly.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 TokenWindowSampler::TokenWindowSampler(const TokenWindowOptions& options) : options_(options) {
   HT_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size,
@@ -40,7 +29,7 @@ std::int64_t TokenWindowSampler::steps_from(std::int64_t cursor) const {
 }
 
 std::int64_t TokenWindowSampler::offset(std::int64_t epoch, std::int64_t position) const {
-  const std::uint64_t h = mix(mix(mix(options_.seed) ^ static_cast<std::uint64_t>(epoch)) ^
+  const std::uint64_t h = splitmix64(splitmix64(splitmix64(options_.seed) ^ static_cast<std::uint64_t>(epoch)) ^
                               static_cast<std::uint64_t>(position));
   // The modulo bias of a 64-bit draw is below 2^-24 for any stream under 2^40 tokens.
   const auto starts = static_cast<std::uint64_t>(options_.stream_tokens - options_.block_size);

@@ -19,6 +19,7 @@
 #include "hpctrain/core/system.h"
 #include "hpctrain/core/timer.h"
 #include "hpctrain/core/version.h"
+#include "hpctrain/data/augment.h"
 #include "hpctrain/data/distributed_sampler.h"
 #include "hpctrain/data/loader.h"
 #include "hpctrain/ddp/grad_sync.h"
@@ -113,6 +114,12 @@ TrainingSetup prepare_training(const config::Config& config, bool need_train_spl
   }
   HT_CHECK(train_split || eval_split, "nothing to load: no train split and no eval split");
   const data::Split& any = train_split ? *train_split : *eval_split;
+  const std::size_t image_dims = any.sample_shape().size();
+  if ((config.data.random_crop > 0 || config.data.random_flip) && image_dims != 2 && image_dims != 3) {
+    throw ConfigError("data.random_crop and data.random_flip augment images ([C, H, W] or [H, W] samples), "
+                      "but dataset " + config.data.path + " holds samples of " + std::to_string(image_dims) +
+                      " dimension(s); turn them off");
+  }
   const model::ModelSpec spec{any.sample_shape(), any.manifest().num_classes};
   auto net = model::make_model(config.model, spec);
   return {config, std::move(train_split), std::move(eval_split), net, threads, use_cuda};
@@ -330,9 +337,15 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
   // On a GPU, batches are assembled in pinned memory so that their copy to the device below
   // is asynchronous and overlaps the previous step's kernels.
   const bool pinned = device.is_cuda();
+  data::AugmentOptions augment;
+  augment.crop_padding = config().data.random_crop;
+  augment.flip = config().data.random_flip;
+  augment.seed = static_cast<std::uint64_t>(config().train.seed);
   data::Loader loader(
-      [split = *setup.train_split, pinned](const std::vector<std::int64_t>& indices) {
-        return split.gather(indices, pinned);
+      [split = *setup.train_split, pinned, augment, epoch](const std::vector<std::int64_t>& indices) {
+        data::Batch batch = split.gather(indices, pinned);
+        data::augment_in_place(batch.input, indices, epoch, augment);
+        return batch;
       },
       std::move(step_indices),
       {static_cast<int>(config().data.prefetch), static_cast<int>(config().data.loader_threads)});

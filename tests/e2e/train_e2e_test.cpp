@@ -98,7 +98,7 @@ TEST_F(TrainEndToEnd, AccumulatedBucketedStepsKeepReplicasIdentical) {
       mpirun(2) + kBin + " train --config " + kSource + "/configs/fashion_cnn.ini --data.path=" +
       data_ + " --run.dir=" + run + " --train.max_steps=6 --log.every_steps=3 --train.threads=1" +
       " --train.accum_steps=2 --dist.bucket_mb=0.25 --dist.check_replicas_every=1 --data.eval_split=" +
-      " --data.io=mpio --dist.sync_bn=true --data.loader_threads=2");
+      " --data.io=mpio --dist.sync_bn=true --data.loader_threads=2 --data.random_crop=2 --data.random_flip=true");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(count_lines_with(r.err, "split 'train' read through MPI-IO by 2 rank(s)"), 1) << r.err;
   EXPECT_EQ(count_lines_with(r.err, "dist.sync_bn: 2 BatchNorm layer(s) normalize over the batches of all 2"), 1)
@@ -277,6 +277,14 @@ TEST_F(TrainEndToEnd, BenchDataReportsEveryCaseAndPassesItsCheck) {
     EXPECT_NE(r.out.find(row), std::string::npos) << row << " in\n" << r.out;
   }
   EXPECT_EQ(run_command(kBin + " bench data --data " + data_ + " --repeats 0").exit_code, 2);
+  // A cache smaller than the split, shuffled by chunks, page cache dropped before every pass.
+  const ProcessResult chunks =
+      run_command(kBin + " bench data --data " + data_ + " --repeats 1 --cache-mb 2 --shuffle-window-mb 1 --cold");
+  ASSERT_EQ(chunks.exit_code, 0) << chunks.err;
+  for (const char* row : {"loader by chunks, 1T", "page cache dropped before every pass", "check: OK (label sum "}) {
+    EXPECT_NE(chunks.out.find(row), std::string::npos) << row << " in\n" << chunks.out;
+  }
+  EXPECT_EQ(run_command(kBin + " bench data --data " + data_ + " --cache-mb 2 --shuffle-window-mb 2").exit_code, 2);
 }
 
 TEST_F(TrainEndToEnd, AnErrorOnOneRankEndsTheWholeJob) {

@@ -21,6 +21,8 @@ struct DataConfig {
   std::string io;             // posix | mpio: how a split held in memory is read
   std::int64_t cache_mb = 0;  // memory per split and rank for blocks read from its shards
   std::int64_t shuffle_window_mb = 0;  // 0: global shuffle; N: shuffle by chunks, N MiB at a time
+  std::int64_t random_crop = 0;  // zero padding of the random crop; 0: off
+  bool random_flip = false;
 };
 
 struct ModelConfig {
