@@ -5,7 +5,9 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <filesystem>
 
+#include "hpctrain/config/parser.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/train/global_batch.h"
 #include "hpctrain/train/lr_schedule.h"
@@ -118,6 +120,28 @@ TEST(Optimization, BiasesAndNormWeightsCanBeExemptFromWeightDecay) {
     EXPECT_NEAR(b[0].item<double>(), decay_all ? 1 - 0.1 * 0.5 : 1.0, 1e-7) << decay_all;
     EXPECT_EQ(optimizer->param_groups().size(), decay_all ? 1u : 2u);
   }
+}
+
+}  // namespace
+}  // namespace hpctrain::train
+
+namespace hpctrain::train {
+namespace {
+
+// Every configuration shipped in configs/ resolves (known keys, typed, in range) and passes the
+// checks across options that the trainer makes at start-up.
+TEST(ShippedConfigs, EveryConfigResolvesAndPassesTheCrossOptionChecks) {
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(HPCTRAIN_SOURCE_DIR) + "/configs")) {
+    if (entry.path().extension() != ".ini") continue;
+    SCOPED_TRACE(entry.path().string());
+    const config::Config resolved = config::resolve(entry.path().string(), {});
+    EXPECT_NO_THROW(check_optimizer_options(resolved.optim));
+    EXPECT_NO_THROW(check_schedule_options(resolved.optim));
+    EXPECT_LE(2 * resolved.data.shuffle_window_mb, resolved.data.cache_mb);
+    ++checked;
+  }
+  EXPECT_GE(checked, 3);  // fashion_cnn, fashion_resnet, mlp
 }
 
 }  // namespace
