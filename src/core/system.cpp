@@ -4,6 +4,7 @@
 #include <ftw.h>
 #include <malloc.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,6 +30,12 @@ int affinity_cores() {
   if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
   const int n = CPU_COUNT(&set);
   return n > 0 ? n : 1;
+}
+
+std::int64_t peak_rss_bytes() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 void tune_allocator() {

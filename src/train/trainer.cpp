@@ -34,6 +34,7 @@
 #include "hpctrain/train/step_loss.h"
 #include "hpctrain/train/train_state.h"
 #include "autocast.h"
+#include "hpctrain/train/step_timing.h"
 
 namespace hpctrain::train {
 namespace {
@@ -142,6 +143,7 @@ struct Trainer::State {
   std::optional<double> grad_norm;  // of the last step's averaged gradients, when computed
   std::int64_t step = 0;         // optimizer steps taken
   std::int64_t total_steps = 0;  // of the whole run, for the schedule
+  std::int64_t run_steps = 0;    // where this run stops (train.max_steps or the last epoch), for the ETA
   std::int64_t start_epoch = 0;  // where run() begins: 0, or a checkpoint's epoch and cursor
   std::int64_t start_cursor = 0;
   std::int64_t epoch_now = 0;  // the position after the last step: what a checkpoint records
@@ -270,7 +272,7 @@ struct Trainer::State {
   void check_config_unchanged(const ckpt::CheckpointReader& reader) const;
   void train_epoch(std::int64_t epoch, const data::DistributedSampler& sampler, std::int64_t cursor);
   void log_progress(std::int64_t epoch, std::int64_t step_in_epoch, std::int64_t steps_per_epoch,
-                    at::Tensor& loss_sum, double& real_samples, Timer& interval);
+                    at::Tensor& loss_sum, double& real_samples, Timer& interval, IntervalTimes& times);
   std::optional<EvalResult> evaluate_epoch(std::int64_t epoch);
   // Collective: a checkpoint of the current position (epoch_now, cursor_now); `best`: also
   // named by checkpoints/best (ckpt.keep_best), which pruning spares. With ckpt.async rank 0
@@ -351,6 +353,7 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
       {static_cast<int>(config().data.prefetch), static_cast<int>(config().data.loader_threads)});
 
   Timer interval;
+  IntervalTimes times;
   // Over this rank's real samples since the last log line. The loss stays on the device, so a
   // step never waits for the GPU to report it.
   at::Tensor loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
@@ -368,7 +371,9 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
     optimizer->zero_grad();
     for (std::int64_t j = first; j < first + count; ++j) {
       const data::SamplerStep& plan = plans[static_cast<size_t>(j)];
+      const Timer waiting;
       const data::Batch batch = loader.next();
+      times.data_s += waiting.elapsed_s();
       const at::Tensor weights = torch::tensor(plan.weights).to(device);
       at::Tensor logits;
       {
@@ -384,7 +389,10 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
       loss_sum += (losses.detach() * weights).sum();
       for (const float w : plan.weights) real_samples += w;
     }
+    const Timer reducing;
     grad_sync->average_gradients();
+    times.comm_s += reducing.elapsed_s();
+    ++times.steps;
     const bool last = i + 1 == steps_per_epoch ||
                       (config().train.max_steps > 0 && step + 1 >= config().train.max_steps);
     const bool log_now = (step + 1) % config().log.every_steps == 0 || last;
@@ -394,7 +402,7 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
     ++step;
     check_replicas();
 
-    if (log_now) log_progress(epoch, i + 1, steps_per_epoch, loss_sum, real_samples, interval);
+    if (log_now) log_progress(epoch, i + 1, steps_per_epoch, loss_sum, real_samples, interval, times);
     epoch_now = epoch;
     cursor_now = plans[static_cast<size_t>(first + count - 1)].next_cursor;
     checkpoint_writer.rethrow_if_failed();  // a background write that failed ends the run now
@@ -418,22 +426,38 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
 
 void Trainer::State::log_progress(std::int64_t epoch, std::int64_t step_in_epoch,
                                   std::int64_t steps_per_epoch, at::Tensor& loss_sum,
-                                  double& real_samples, Timer& interval) {
+                                  double& real_samples, Timer& interval, IntervalTimes& times) {
   // One small allreduce per log interval: the loss and throughput of the whole job.
   const std::vector<double> totals =
       ddp::sum_over_ranks(*comm, {loss_sum.item<double>(), real_samples}, device);
   const double mean_loss = totals[0] / totals[1];
-  const double samples_per_s = totals[1] / interval.elapsed_s();
+  const double wall_s = interval.elapsed_s();
+  const double samples_per_s = totals[1] / wall_s;
   const double lr = current_lr(*optimizer);
-  log::info("epoch {} step {} ({}/{}) loss {:.4f} lr {:.3g} grad_norm {:.3g} {:.0f} samples/s", epoch + 1,
-            step, step_in_epoch, steps_per_epoch, mean_loss, lr, grad_norm.value_or(0.0), samples_per_s);
-  nlohmann::json record = {{"step", step}, {"epoch", epoch + 1}, {"loss", mean_loss}, {"lr", lr},
-                           {"samples_per_s", samples_per_s}};
+  // Rank 0's clock; the ETA assumes the rest of the run goes at this interval's pace.
+  const StepBreakdown per_step = breakdown(times, wall_s);
+  const double eta_s = static_cast<double>(std::max<std::int64_t>(0, run_steps - step)) * per_step.step_ms / 1e3;
+  log::info("epoch {} step {} ({}/{}) loss {:.4f} lr {:.3g} grad_norm {:.3g} {:.0f} samples/s, {:.1f} ms/step "
+            "(data {:.1f}, comm {:.1f}), ETA {}",
+            epoch + 1, step, step_in_epoch, steps_per_epoch, mean_loss, lr, grad_norm.value_or(0.0), samples_per_s,
+            per_step.step_ms, per_step.data_ms, per_step.comm_ms, format_duration(eta_s));
+  nlohmann::json record = {{"step", step},
+                           {"epoch", epoch + 1},
+                           {"loss", mean_loss},
+                           {"lr", lr},
+                           {"samples_per_s", samples_per_s},
+                           {"step_ms", per_step.step_ms},
+                           {"data_ms", per_step.data_ms},
+                           {"comm_ms", per_step.comm_ms},
+                           {"compute_ms", per_step.compute_ms},
+                           {"eta_s", eta_s},
+                           {"peak_rss_mb", static_cast<double>(sys::peak_rss_bytes()) / (1 << 20)}};
   if (grad_norm) record["grad_norm"] = *grad_norm;
   metrics.write(record);
   loss_sum.zero_();
   real_samples = 0.0;
   interval.reset();
+  times.reset();
 }
 
 std::optional<EvalResult> Trainer::State::evaluate_epoch(std::int64_t epoch) {
@@ -615,6 +639,8 @@ TrainSummary Trainer::run() {
   s.total_steps = s.config().optim.decay_steps > 0 ? s.config().optim.decay_steps
                   : train.max_steps > 0             ? train.max_steps
                                                     : train.epochs * steps_per_epoch;
+  s.run_steps = train.max_steps > 0 ? std::min(train.max_steps, train.epochs * steps_per_epoch)
+                                    : train.epochs * steps_per_epoch;
   s.resume();
   if (s.bootstrap.world_rank() == 0) s.run_dir.write_config(config::to_ini(s.config()));
   s.epoch_now = s.start_epoch;

@@ -120,6 +120,9 @@ TEST_F(TrainEndToEnd, TwoRanksTrainWriteMetricsAndACheckpointThatEvaluates) {
   EXPECT_EQ(count_lines_with(r.err, "[1/2"), 0) << r.err;
   // 3000 samples / 2 ranks / 64 = 24 steps an epoch: records at 5 10 15 20 24 | 25 30 35 40.
   EXPECT_EQ(count_lines_with(r.err, "samples/s"), 9) << r.err;
+  EXPECT_EQ(count_lines_with(r.err, "ms/step (data "), 9) << r.err;
+  const std::string last_line = r.err.substr(r.err.find("step 40 (16/24) "));
+  EXPECT_NE(last_line.substr(0, last_line.find('\n')).find(", ETA 0s"), std::string::npos) << r.err;  // done
 
   EXPECT_TRUE(fs::exists(run + "/config.ini"));
   EXPECT_TRUE(fs::exists(run + "/logs/rank-0.log"));
@@ -131,9 +134,18 @@ TEST_F(TrainEndToEnd, TwoRanksTrainWriteMetricsAndACheckpointThatEvaluates) {
   int evaluations = 0;
   for (const auto& rec : records) {
     if (rec.contains("loss")) {
-      for (const char* key : {"step", "epoch", "loss", "lr", "samples_per_s"}) {
+      for (const char* key : {"step", "epoch", "loss", "lr", "samples_per_s", "step_ms", "data_ms", "comm_ms",
+                              "compute_ms", "eta_s", "peak_rss_mb"}) {
         EXPECT_TRUE(rec.contains(key)) << key << " in " << rec.dump();
       }
+      const double step_ms = rec["step_ms"].get<double>();
+      EXPECT_GT(step_ms, 0.0) << rec.dump();
+      EXPECT_NEAR(rec["data_ms"].get<double>() + rec["comm_ms"].get<double>() + rec["compute_ms"].get<double>(),
+                  step_ms, 1e-6 * step_ms) << rec.dump();
+      EXPECT_GT(rec["peak_rss_mb"].get<double>(), 10.0) << rec.dump();
+      // ETA: the steps left to max_steps at this interval's pace.
+      EXPECT_NEAR(rec["eta_s"].get<double>(), (40 - rec["step"].get<double>()) * step_ms / 1e3, 1e-9)
+          << rec.dump();
       losses.push_back(rec["loss"].get<double>());
     }
     if (rec.contains("test_acc")) {

@@ -1,7 +1,8 @@
 // Facts about this process and host that every module may ask: host name, the cores this process
-// may run on, and the allocator tuning libtorch needs on CPU. Depends on std only.
+// may run on, its peak memory, and the allocator tuning libtorch needs on CPU. Depends on std only.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace hpctrain::sys {
@@ -10,6 +11,9 @@ std::string host_name();
 
 // Number of CPUs in this process's affinity mask (what mpirun/srun bound it to); at least 1.
 int affinity_cores();
+
+// The most resident memory this process has had, in bytes (getrusage's ru_maxrss).
+std::int64_t peak_rss_bytes();
 
 // Keeps glibc from returning and re-requesting libtorch's large buffers on every step
 // (see docs/architecture.md, "Allocator"). Idempotent.
