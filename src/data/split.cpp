@@ -144,8 +144,8 @@ Split Split::load(const std::string& dataset_dir, const std::string& split_name,
   const SplitSpec& spec = m.split(split_name);
   if (spec.samples() == 0) throw DataError(dataset_dir + ": split '" + split_name + "' is empty");
   if (m.fields.size() < 2) {
-    throw DataError(dataset_dir + ": '" + m.name + "' has no input and 'label' fields "
-                    "(a token stream?); the built-in models are classifiers that need both");
+    throw DataError(dataset_dir + ": '" + m.name + "' has no input and 'label' fields (a token stream?); "
+                    "train and eval read sample datasets, training on token streams is not built yet");
   }
   state->input_field = m.fields.front();
   const FieldSpec& label_field = m.field("label");

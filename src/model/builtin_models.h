@@ -10,5 +10,6 @@ namespace hpctrain::model {
 std::shared_ptr<Model> make_fashion_cnn(const config::ModelConfig& config, const ModelSpec& spec);
 std::shared_ptr<Model> make_mlp(const config::ModelConfig& config, const ModelSpec& spec);
 std::shared_ptr<Model> make_resnet(const config::ModelConfig& config, const ModelSpec& spec);
+std::shared_ptr<Model> make_gpt(const config::ModelConfig& config, const ModelSpec& spec);
 
 }  // namespace hpctrain::model

@@ -18,6 +18,7 @@ const std::vector<Entry>& registry() {
       {"fashion_cnn", make_fashion_cnn},
       {"mlp", make_mlp},
       {"resnet", make_resnet},
+      {"gpt", make_gpt},
   };
   return entries;
 }

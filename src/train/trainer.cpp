@@ -92,6 +92,10 @@ int configure_threads(const config::TrainConfig& train) {
 TrainingSetup prepare_training(const config::Config& config, bool need_train_split) {
   const bool use_cuda = resolve_use_cuda(config.dist.device, visible_gpus());
   comm::validate_backend(config.dist.backend, use_cuda);
+  if (config.model.name == "gpt") {
+    throw ConfigError("model.name=gpt: training a language model on a token stream is not built yet; the gpt "
+                      "model exists, but train and eval read sample datasets (image or array plus label)");
+  }
   check_optimizer_options(config.optim);
   check_schedule_options(config.optim);
   const int threads = configure_threads(config.train);

@@ -5,6 +5,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+
 #include "hpctrain/config/option_table.h"
 #include "hpctrain/model/batch_norm.h"
 #include "hpctrain/core/error.h"
@@ -84,6 +86,74 @@ TEST(Models, ResNetLearnsASmallBatch) {
     (step == 0 ? first : last) = loss.item<double>();
   }
   EXPECT_LT(last, first * 0.5) << first << " -> " << last;
+}
+
+config::ModelConfig small_gpt() {
+  config::ModelConfig c = model_config("gpt");
+  c.gpt_layers = 2;
+  c.gpt_heads = 2;
+  c.gpt_embd = 32;
+  c.gpt_block_size = 16;
+  c.dropout = 0.0;
+  return c;
+}
+
+TEST(Models, GptHasGpt2NamesTiedWeightsAndTheExpectedSize) {
+  auto net = make_model(small_gpt(), {{16}, 256});
+  // wte 256x32 + wpe 16x32 + 2 blocks x (2 LayerNorms 128 + c_attn 3168 + c_proj 1056 + c_fc
+  // 4224 + c_proj 4128) + ln_f 64; no separate output layer: it is wte.
+  EXPECT_EQ(parameter_count(*net), 8192 + 512 + 2 * 12704 + 64);
+  const auto named = net->module().named_parameters();
+  for (const char* name : {"transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight",
+                           "transformer.h.1.attn.c_attn.weight", "transformer.h.1.mlp.c_proj.bias",
+                           "transformer.ln_f.bias"}) {
+    EXPECT_NE(named.find(name), nullptr) << name;
+  }
+  const at::Tensor logits = net->forward(at::randint(0, 256, {3, 16}, at::kLong));
+  EXPECT_EQ(logits.sizes(), (std::vector<std::int64_t>{3, 16, 256}));
+  EXPECT_EQ(net->forward(at::randint(0, 256, {2, 5}, at::kLong)).sizes(), (std::vector<std::int64_t>{2, 5, 256}));
+}
+
+TEST(Models, GptLogitsAtAPlaceDoNotSeeLaterTokens) {
+  torch::manual_seed(5);
+  auto net = make_model(small_gpt(), {{16}, 256});
+  net->module().eval();
+  const at::Tensor tokens = at::randint(0, 256, {1, 16}, at::kLong);
+  at::Tensor changed = tokens.clone();
+  changed[0][9] = (tokens[0][9].item<std::int64_t>() + 1) % 256;
+  const at::Tensor a = net->forward(tokens);
+  const at::Tensor b = net->forward(changed);
+  EXPECT_TRUE(at::allclose(a.narrow(1, 0, 9), b.narrow(1, 0, 9)));
+  EXPECT_FALSE(at::allclose(a.narrow(1, 9, 7), b.narrow(1, 9, 7)));
+}
+
+TEST(Models, GptLearnsToContinueASequence) {
+  torch::manual_seed(7);
+  auto net = make_model(small_gpt(), {{16}, 256});
+  // Windows of a repeating sequence: input tokens 0..15 of a window, target the next token.
+  const at::Tensor stream = at::arange(40, at::kLong).remainder(11).mul(7);
+  const at::Tensor x = torch::stack({stream.narrow(0, 0, 16), stream.narrow(0, 5, 16)});
+  const at::Tensor y = torch::stack({stream.narrow(0, 1, 16), stream.narrow(0, 6, 16)});
+  torch::optim::Adam optimizer(net->module().parameters(), torch::optim::AdamOptions(0.003));
+  double first = 0;
+  double last = 0;
+  for (int step = 0; step < 40; ++step) {
+    optimizer.zero_grad();
+    const at::Tensor loss = torch::nn::functional::cross_entropy(net->forward(x).flatten(0, 1), y.flatten());
+    loss.backward();
+    optimizer.step();
+    (step == 0 ? first : last) = loss.item<double>();
+  }
+  EXPECT_NEAR(first, std::log(256.0), 0.3);  // a fresh model guesses uniformly
+  EXPECT_LT(last, first * 0.5) << first << " -> " << last;
+}
+
+TEST(Models, GptRefusesSampleDataAndHeadsThatDoNotDivideTheWidth) {
+  EXPECT_THROW(make_model(small_gpt(), {{1, 28, 28}, 10}), ConfigError);
+  EXPECT_THROW(make_model(small_gpt(), {{32}, 256}), ConfigError);  // not gpt_block_size
+  config::ModelConfig odd = small_gpt();
+  odd.gpt_heads = 3;
+  EXPECT_THROW(make_model(odd, {{16}, 256}), ConfigError);
 }
 
 TEST(Models, UnknownNameListsTheKnownOnes) {

@@ -31,6 +31,10 @@ struct ModelConfig {
   double dropout = 0.0;
   std::int64_t resnet_depth = 20;  // 6n+2
   std::int64_t resnet_width = 16;  // channels of the first stage
+  std::int64_t gpt_layers = 4;
+  std::int64_t gpt_heads = 4;
+  std::int64_t gpt_embd = 128;
+  std::int64_t gpt_block_size = 128;  // tokens per window (context length)
 };
 
 struct OptimConfig {

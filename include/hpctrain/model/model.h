@@ -27,7 +27,8 @@ struct ModelSpec {
 class Model {
  public:
   virtual ~Model() = default;
-  // Logits [B, num_classes] for a batch [B, ...input_shape].
+  // Logits [B, num_classes] for a batch [B, ...input_shape]; for a language model (gpt, input
+  // [B, T] token ids, num_classes the vocabulary), [B, T, vocab].
   virtual at::Tensor forward(const at::Tensor& input) = 0;
   // The underlying module: parameters, buffers, train()/eval().
   virtual torch::nn::Module& module() = 0;

@@ -1,0 +1,176 @@
+// gpt: a decoder-only transformer (GPT-2's layout): token and position embeddings, n_layer blocks
+// of pre-LayerNorm causal self-attention and a GELU MLP, each added to the residual stream, a
+// final LayerNorm, and logits from the token embedding's own weights (weight tying). Parameter
+// names follow GPT-2's as nanoGPT writes them (transformer.wte, transformer.h.<i>.attn.c_attn,
+// ...), so an exported state_dict maps onto that code. Input [B, T] token ids, T <= block_size;
+// output [B, T, vocab] logits of the next token at each place.
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "builtin_models.h"
+#include "hpctrain/core/error.h"
+
+namespace hpctrain::model {
+namespace {
+
+namespace nn = torch::nn;
+
+class CausalSelfAttentionImpl : public nn::Module {
+ public:
+  CausalSelfAttentionImpl(std::int64_t embd, std::int64_t heads, double dropout)
+      : heads_(heads),
+        c_attn_(register_module("c_attn", nn::Linear(embd, 3 * embd))),
+        c_proj_(register_module("c_proj", nn::Linear(embd, embd))),
+        attn_dropout_(register_module("attn_dropout", nn::Dropout(dropout))),
+        resid_dropout_(register_module("resid_dropout", nn::Dropout(dropout))) {}
+
+  // `mask`: [T, T], 0 on and below the diagonal, -inf above it (no look at later tokens).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& mask) {
+    const std::int64_t b = x.size(0);
+    const std::int64_t t = x.size(1);
+    const std::int64_t c = x.size(2);
+    const std::vector<at::Tensor> qkv = c_attn_(x).split(c, /*dim=*/2);
+    // [B, T, C] -> [B, heads, T, C / heads]
+    const auto heads = [&](const at::Tensor& y) { return y.view({b, t, heads_, c / heads_}).transpose(1, 2); };
+    const at::Tensor q = heads(qkv[0]);
+    const at::Tensor k = heads(qkv[1]);
+    const at::Tensor v = heads(qkv[2]);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c / heads_));
+    at::Tensor att = torch::matmul(q, k.transpose(-2, -1)).mul(scale).add(mask);
+    att = attn_dropout_(torch::softmax(att, -1));
+    const at::Tensor y = torch::matmul(att, v).transpose(1, 2).contiguous().view({b, t, c});
+    return resid_dropout_(c_proj_(y));
+  }
+
+  nn::Linear& c_proj() { return c_proj_; }
+
+ private:
+  std::int64_t heads_;
+  nn::Linear c_attn_;
+  nn::Linear c_proj_;
+  nn::Dropout attn_dropout_;
+  nn::Dropout resid_dropout_;
+};
+TORCH_MODULE(CausalSelfAttention);
+
+class MlpBlockImpl : public nn::Module {
+ public:
+  MlpBlockImpl(std::int64_t embd, double dropout)
+      : c_fc_(register_module("c_fc", nn::Linear(embd, 4 * embd))),
+        c_proj_(register_module("c_proj", nn::Linear(4 * embd, embd))),
+        dropout_(register_module("dropout", nn::Dropout(dropout))) {}
+
+  at::Tensor forward(const at::Tensor& x) { return dropout_(c_proj_(torch::gelu(c_fc_(x)))); }
+
+  nn::Linear& c_proj() { return c_proj_; }
+
+ private:
+  nn::Linear c_fc_;
+  nn::Linear c_proj_;
+  nn::Dropout dropout_;
+};
+TORCH_MODULE(MlpBlock);
+
+class BlockImpl : public nn::Module {
+ public:
+  BlockImpl(std::int64_t embd, std::int64_t heads, double dropout)
+      : ln_1_(register_module("ln_1", nn::LayerNorm(nn::LayerNormOptions({embd})))),
+        attn_(register_module("attn", CausalSelfAttention(embd, heads, dropout))),
+        ln_2_(register_module("ln_2", nn::LayerNorm(nn::LayerNormOptions({embd})))),
+        mlp_(register_module("mlp", MlpBlock(embd, dropout))) {}
+
+  at::Tensor forward(at::Tensor x, const at::Tensor& mask) {
+    x = x + attn_->forward(ln_1_(x), mask);
+    return x + mlp_(ln_2_(x));
+  }
+
+  // The two projections into the residual stream, initialized smaller (GPT-2, section 2.3).
+  std::vector<at::Tensor> residual_projections() { return {attn_->c_proj()->weight, mlp_->c_proj()->weight}; }
+
+ private:
+  nn::LayerNorm ln_1_;
+  CausalSelfAttention attn_;
+  nn::LayerNorm ln_2_;
+  MlpBlock mlp_;
+};
+TORCH_MODULE(Block);
+
+class Gpt final : public nn::Module, public Model {
+ public:
+  Gpt(std::int64_t vocab, std::int64_t block_size, std::int64_t layers, std::int64_t heads, std::int64_t embd,
+      double dropout)
+      : block_size_(block_size),
+        transformer_(register_module("transformer", std::make_shared<nn::Module>())) {
+    wte_ = transformer_->register_module("wte", nn::Embedding(vocab, embd));
+    wpe_ = transformer_->register_module("wpe", nn::Embedding(block_size, embd));
+    drop_ = transformer_->register_module("drop", nn::Dropout(dropout));
+    auto h = transformer_->register_module("h", nn::ModuleList());
+    for (std::int64_t i = 0; i < layers; ++i) {
+      blocks_.push_back(Block(embd, heads, dropout));
+      h->push_back(blocks_.back());
+    }
+    ln_f_ = transformer_->register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({embd})));
+    initialize(layers);
+  }
+
+  at::Tensor forward(const at::Tensor& tokens) override {
+    const std::int64_t t = tokens.size(1);
+    HT_CHECK(t <= block_size_, "a sequence longer than the model's block size");
+    const at::Tensor positions = torch::arange(t, torch::dtype(torch::kLong).device(tokens.device()));
+    at::Tensor x = drop_(wte_(tokens) + wpe_(positions));
+    const at::Tensor mask =
+        torch::full({t, t}, -std::numeric_limits<float>::infinity(), x.options()).triu(/*diagonal=*/1);
+    for (auto& block : blocks_) x = block->forward(x, mask);
+    return torch::linear(ln_f_(x), wte_->weight);  // tied: the output layer is the embedding
+  }
+
+  nn::Module& module() override { return *this; }
+
+ private:
+  // GPT-2's initialization: N(0, 0.02) weights, zero biases, and the residual projections scaled
+  // by 1/sqrt(2 n_layer) so the residual stream's variance does not grow with depth.
+  void initialize(std::int64_t layers) {
+    const torch::NoGradGuard no_grad;
+    for (auto& module : modules(/*include_self=*/false)) {
+      if (auto* linear = module->as<nn::Linear>()) {
+        linear->weight.normal_(0.0, 0.02);
+        if (linear->bias.defined()) linear->bias.zero_();
+      } else if (auto* embedding = module->as<nn::Embedding>()) {
+        embedding->weight.normal_(0.0, 0.02);
+      }
+    }
+    for (auto& block : blocks_) {
+      for (at::Tensor& weight : block->residual_projections()) {
+        weight.normal_(0.0, 0.02 / std::sqrt(2.0 * static_cast<double>(layers)));
+      }
+    }
+  }
+
+  std::int64_t block_size_;
+  std::shared_ptr<nn::Module> transformer_;
+  nn::Embedding wte_{nullptr};
+  nn::Embedding wpe_{nullptr};
+  nn::Dropout drop_{nullptr};
+  std::vector<Block> blocks_;
+  nn::LayerNorm ln_f_{nullptr};
+};
+
+}  // namespace
+
+std::shared_ptr<Model> make_gpt(const config::ModelConfig& config, const ModelSpec& spec) {
+  if (spec.input_shape.size() != 1 || spec.input_shape[0] != config.gpt_block_size) {
+    throw ConfigError("model gpt reads windows of model.gpt_block_size=" + std::to_string(config.gpt_block_size) +
+                      " tokens from a token stream (hpctrain prepare text); this data has samples of another "
+                      "shape");
+  }
+  if (config.gpt_embd % config.gpt_heads != 0) {
+    throw ConfigError("model.gpt_embd=" + std::to_string(config.gpt_embd) + " must be a multiple of model.gpt_heads=" +
+                      std::to_string(config.gpt_heads) + " (each head gets gpt_embd / gpt_heads channels)");
+  }
+  return std::make_shared<Gpt>(spec.num_classes, config.gpt_block_size, config.gpt_layers, config.gpt_heads,
+                               config.gpt_embd, config.dropout);
+}
+
+}  // namespace hpctrain::model
