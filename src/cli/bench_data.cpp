@@ -81,8 +81,9 @@ int bench_data(const config::ParsedArgs& parsed) {
   const std::int64_t window_mb = int_flag(parsed, "bench data", "shuffle-window-mb", "0");
   const bool cold = parsed.has("cold");
   if (batch < 1 || repeats < 1) throw ConfigError("bench data: --batch-size and --repeats must be >= 1");
-  if (window_mb < 0 || 2 * window_mb > cache_mb) {
-    throw ConfigError("bench data: --shuffle-window-mb must be >= 0 and at most half of --cache-mb");
+  if (window_mb < 0 || 2 * window_mb > cache_mb || cache_mb > (std::int64_t{1} << 30)) {
+    throw ConfigError("bench data: --shuffle-window-mb must be >= 0 and at most half of --cache-mb, "
+                      "--cache-mb at most 2^30");
   }
   if (parsed.has("io")) return bench_data_io(dir, split_name, cache_mb, repeats);
 
@@ -101,6 +102,7 @@ int bench_data(const config::ParsedArgs& parsed) {
   options.batch_size = batch;
   options.seed = 1;
   data::set_shuffle_window(m, split_name, window_mb, options);
+  data::check_shuffle_window(split, options);
   const data::DistributedSampler sampler(options);
   const std::vector<std::int64_t> shuffled = sampler.global_order(0);
 

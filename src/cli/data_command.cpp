@@ -122,7 +122,9 @@ int order(const config::ParsedArgs& parsed) {
   options.shuffle = !parsed.has("no-shuffle");
   options.drop_last = parsed.has("drop-last");
   const std::int64_t window_mb = int_flag(parsed, "data", "shuffle-window-mb", "0");
-  if (window_mb < 0) throw ConfigError("data order: --shuffle-window-mb must be >= 0");
+  if (window_mb < 0 || window_mb > (std::int64_t{1} << 29)) {
+    throw ConfigError("data order: --shuffle-window-mb must be in [0, 2^29], as data.shuffle_window_mb");
+  }
   data::set_shuffle_window(m, split, window_mb, options);
   const std::int64_t epoch = int_flag(parsed, "data", "epoch", "");
   if (options.world_size < 1 || options.rank >= options.world_size) {

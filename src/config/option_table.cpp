@@ -71,6 +71,15 @@ Rule<T> at_least(T low) {
   return {text.str(), [low, t = text.str()](const T& v) { return v >= low ? "" : "must be " + t; }};
 }
 
+template <typename T>
+Rule<T> between(T low, T high) {
+  std::ostringstream text;
+  text << "[" << low << ", " << high << "]";
+  return {text.str(), [low, high, t = text.str()](const T& v) {
+            return v >= low && v <= high ? "" : "must be in " + t;
+          }};
+}
+
 Rule<double> positive() {
   return {"> 0", [](const double& v) { return v > 0 ? "" : std::string("must be > 0"); }};
 }
@@ -192,13 +201,13 @@ std::vector<Option> build_table() {
           "Memory per split and rank for its data, in MiB: a split that fits is kept in memory "
           "once read (shuffled order then costs what file order costs); of a larger one the "
           "most recently used blocks (one HDF5 chunk, about 1 MiB, each) are kept.",
-          at_least<I>(1)),
+          between<I>(1, I{1} << 30)),
       row("data.shuffle_window_mb", &C::data, &DataConfig::shuffle_window_mb, "0",
           "0: each epoch is one global permutation of the split, fast while the split fits "
           "data.cache_mb. N: for a split larger than memory, its chunks are visited in a random "
           "order and the samples of each N MiB of chunks are shuffled together, so every chunk "
           "is read once per epoch; needs data.cache_mb >= 2N (docs/dataset-format.md).",
-          at_least<I>(0)),
+          between<I>(0, I{1} << 29)),
       row("data.random_crop", &C::data, &DataConfig::random_crop, "0",
           "Training augmentation for images: pad each side with this many zero pixels, then crop "
           "back to the image size at a random offset (torchvision's RandomCrop(padding=N)); 0: off. "

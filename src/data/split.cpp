@@ -160,11 +160,12 @@ Split Split::load(const std::string& dataset_dir, const std::string& split_name,
     io::H5File file = io::H5File::open_read(path, ExitCode::kData);
     check_shard_field(file, shard, state->input_field);
     check_shard_field(file, shard, label_field);
-    // Each block is read as one hyperslab into the block cache: HDF5 needs no cache beyond the
-    // chunks one block spans. A label chunk is exactly 1 MiB (131,072 int64), which a 1 MiB chunk
-    // cache does not keep: every block then re-read and re-checksummed it (docs/benchmarks.md).
-    io::H5Dataset input = file.open_dataset(state->input_field.name, std::int64_t{4} << 20);
-    io::H5Dataset label = file.open_dataset(label_field.name, std::int64_t{4} << 20);
+    // Each block is one input chunk (as hpctrain writes them), read once into the block cache: HDF5 needs no cache of its
+    // own for it. A label chunk (131,072 int64, exactly 1 MiB) spans about 100 blocks and must stay
+    // cached, which a cache of exactly 1 MiB does not do: every block then re-read and
+    // re-checksummed it (docs/benchmarks.md). So 2 MiB per shard for labels, outside cache_mb.
+    io::H5Dataset input = file.open_dataset(state->input_field.name, 0);
+    io::H5Dataset label = file.open_dataset(label_field.name, std::int64_t{2} << 20);
     const std::int64_t first_block = static_cast<std::int64_t>(state->blocks.size());
     state->blocks.resize(state->blocks.size() +
                          static_cast<size_t>((shard.samples + state->block_rows - 1) / state->block_rows));
@@ -294,6 +295,18 @@ void set_shuffle_window(const Manifest& manifest, const std::string& split, std:
   // Counted in blocks as the cache holds them, so with data.cache_mb >= 2 x window_mb the cache
   // holds two windows: the one being read and the next.
   options.window_blocks = std::max<std::int64_t>(1, (window_mb << 20) / block_bytes(input));
+}
+
+void check_shuffle_window(const Split& split, const SamplerOptions& options) {
+  if (options.block_starts.empty() || split.caches_blocks()) return;
+  if (split.blocks_held_at_most() >= 2 * options.window_blocks) return;
+  const std::int64_t bytes = block_bytes(split.manifest().fields.front());
+  const std::int64_t needed_mb = (2 * options.window_blocks * bytes + (1 << 20) - 1) >> 20;
+  throw ConfigError("a shuffle by chunks reads windows of " + std::to_string(options.window_blocks) +
+                    " block(s) and holds two at once, but data.cache_mb holds " +
+                    std::to_string(split.blocks_held_at_most()) + " block(s) of this split (" +
+                    std::to_string(bytes) + " bytes each); raise data.cache_mb to at least " +
+                    std::to_string(needed_mb));
 }
 
 }  // namespace hpctrain::data

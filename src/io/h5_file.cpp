@@ -252,8 +252,8 @@ H5Dataset H5File::open_dataset(const std::string& name, std::int64_t cache_bytes
   const DatasetInfo dataset_info = info(name);
   Handle access(H5Pcreate(H5P_DATASET_ACCESS));
   // Slots: a prime well above the number of chunks the cache can hold (HDF5's advice).
-  H5Pset_chunk_cache(access.get(), 100003, static_cast<size_t>(std::max<std::int64_t>(cache_bytes, 1 << 20)),
-                     H5D_CHUNK_CACHE_W0_DEFAULT);
+  const std::int64_t bytes = cache_bytes <= 0 ? 0 : std::max<std::int64_t>(cache_bytes, 1 << 20);
+  H5Pset_chunk_cache(access.get(), 100003, static_cast<size_t>(bytes), H5D_CHUNK_CACHE_W0_DEFAULT);
   const hid_t id = H5Dopen2(id_, name.c_str(), access.get());
   if (id < 0) fail("cannot open dataset " + name);
   return H5Dataset(id, path_ + ": dataset '" + name + "'", code_, dataset_info);

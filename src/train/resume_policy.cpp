@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "hpctrain/ckpt/checkpoint.h"
+#include "hpctrain/config/option_table.h"
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
@@ -58,6 +59,12 @@ std::string resume_config_changes(const std::string& checkpoint_ini, const std::
   std::string changes;
   for (const auto& [key, values] : config::ini_differences(checkpoint_ini, current_ini)) {
     if (free_to_change(key)) continue;
+    // A key the checkpoint's config lacks is an option added since it was written; that run had
+    // the option's default behaviour, so keeping the default is no change.
+    const config::Option* option = config::find_option(key);
+    if (values.first.empty() && option != nullptr && option->default_text && *option->default_text == values.second) {
+      continue;
+    }
     changes += (changes.empty() ? "" : "; ") + key + " " + (values.first.empty() ? "(none)" : values.first) +
                " -> " + (values.second.empty() ? "(none)" : values.second);
   }

@@ -119,11 +119,15 @@ TrainingSetup prepare_training(const config::Config& config, bool need_train_spl
   }
   HT_CHECK(train_split || eval_split, "nothing to load: no train split and no eval split");
   const data::Split& any = train_split ? *train_split : *eval_split;
-  const std::size_t image_dims = any.sample_shape().size();
-  if ((config.data.random_crop > 0 || config.data.random_flip) && image_dims != 2 && image_dims != 3) {
-    throw ConfigError("data.random_crop and data.random_flip augment images ([C, H, W] or [H, W] samples), "
-                      "but dataset " + config.data.path + " holds samples of " + std::to_string(image_dims) +
-                      " dimension(s); turn them off");
+  const std::vector<std::int64_t> shape = any.sample_shape();
+  const bool channels_first_image =
+      shape.size() == 2 || (shape.size() == 3 && (shape[0] == 1 || shape[0] == 3 || shape[0] == 4));
+  if ((config.data.random_crop > 0 || config.data.random_flip) && !channels_first_image) {
+    std::string dims;
+    for (const std::int64_t d : shape) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    throw ConfigError("data.random_crop and data.random_flip augment images stored channels first ([C, H, W] "
+                      "with C = 1, 3 or 4, or [H, W]), but dataset " + config.data.path + " holds samples of shape [" +
+                      dims + "]; turn them off (or store images as [C, H, W])");
   }
   const model::ModelSpec spec{any.sample_shape(), any.manifest().num_classes};
   auto net = model::make_model(config.model, spec);
@@ -147,7 +151,7 @@ struct Trainer::State {
   std::optional<double> grad_norm;  // of the last step's averaged gradients, when computed
   std::int64_t step = 0;         // optimizer steps taken
   std::int64_t total_steps = 0;  // of the whole run, for the schedule
-  std::int64_t run_steps = 0;    // where this run stops (train.max_steps or the last epoch), for the ETA
+  std::int64_t steps_per_full_epoch = 0;  // at this run's world size, for the ETA
   std::int64_t start_epoch = 0;  // where run() begins: 0, or a checkpoint's epoch and cursor
   std::int64_t start_cursor = 0;
   std::int64_t epoch_now = 0;  // the position after the last step: what a checkpoint records
@@ -438,9 +442,13 @@ void Trainer::State::log_progress(std::int64_t epoch, std::int64_t step_in_epoch
   const double wall_s = interval.elapsed_s();
   const double samples_per_s = totals[1] / wall_s;
   const double lr = current_lr(*optimizer);
-  // Rank 0's clock; the ETA assumes the rest of the run goes at this interval's pace.
+  // Rank 0's clock; the ETA assumes the rest of the run goes at this interval's pace. Steps left:
+  // this epoch's, then whole epochs at this world size, up to train.max_steps.
   const StepBreakdown per_step = breakdown(times, wall_s);
-  const double eta_s = static_cast<double>(std::max<std::int64_t>(0, run_steps - step)) * per_step.step_ms / 1e3;
+  std::int64_t steps_left =
+      steps_per_epoch - step_in_epoch + (config().train.epochs - epoch - 1) * steps_per_full_epoch;
+  if (config().train.max_steps > 0) steps_left = std::min(steps_left, config().train.max_steps - step);
+  const double eta_s = static_cast<double>(std::max<std::int64_t>(0, steps_left)) * per_step.step_ms / 1e3;
   log::info("epoch {} step {} ({}/{}) loss {:.4f} lr {:.3g} grad_norm {:.3g} {:.0f} samples/s, {:.1f} ms/step "
             "(data {:.1f}, comm {:.1f}), ETA {}",
             epoch + 1, step, step_in_epoch, steps_per_epoch, mean_loss, lr, grad_norm.value_or(0.0), samples_per_s,
@@ -616,6 +624,7 @@ TrainSummary Trainer::run() {
   options.drop_last = train.drop_last;
   data::set_shuffle_window(s.setup.train_split->manifest(), s.config().data.train_split,
                            s.config().data.shuffle_window_mb, options);
+  data::check_shuffle_window(*s.setup.train_split, options);
   const data::DistributedSampler sampler(options);
   if (train.shuffle && !options.block_starts.empty()) {
     log::info("shuffling by chunks (data.shuffle_window_mb={}): {} blocks, the samples of {} at a time mixed",
@@ -643,8 +652,7 @@ TrainSummary Trainer::run() {
   s.total_steps = s.config().optim.decay_steps > 0 ? s.config().optim.decay_steps
                   : train.max_steps > 0             ? train.max_steps
                                                     : train.epochs * steps_per_epoch;
-  s.run_steps = train.max_steps > 0 ? std::min(train.max_steps, train.epochs * steps_per_epoch)
-                                    : train.epochs * steps_per_epoch;
+  s.steps_per_full_epoch = steps_per_epoch;
   s.resume();
   if (s.bootstrap.world_rank() == 0) s.run_dir.write_config(config::to_ini(s.config()));
   s.epoch_now = s.start_epoch;

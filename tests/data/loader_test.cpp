@@ -156,6 +156,14 @@ TEST_F(WideSplit, ShufflingByChunksReadsEachBlockOncePerEpochWithinTheCache) {
   read_epoch(again, global, {0, 1});
   EXPECT_GT(again.blocks_read(), 2 * 14);
 
+  // A cache that cannot hold two windows is refused (2 MiB: one block; windows of one block).
+  SamplerOptions small_window = options;
+  set_shuffle_window(manifest_, "train", 1, small_window);
+  EXPECT_EQ(small_window.window_blocks, 1);
+  EXPECT_THROW(check_shuffle_window(Split::load(dir_, "train", std::int64_t{2} << 20), small_window), ConfigError);
+  EXPECT_NO_THROW(check_shuffle_window(Split::load(dir_, "train", std::int64_t{3} << 20), small_window));
+  EXPECT_NO_THROW(check_shuffle_window(split, options));
+
   // Two threads reading ahead: the same samples, whatever the order blocks are evicted in.
   const Split threaded = Split::load(dir_, "train", kCache);
   read_epoch(threaded, by_chunks, {3, 2});

@@ -139,7 +139,8 @@ TEST_F(ResumeEndToEnd, AnotherRankCountContinuesTheEpochFromItsCursor) {
   for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "sample " << i;
 }
 
-// data.shuffle_window_mb with a cache smaller than the split: the run says it shuffles by chunks, a
+// data.shuffle_window_mb (the 1,200-sample split still fits data.cache_mb=2; eviction while
+// reading is covered by tests/data/loader_test.cpp): the run says it shuffles by chunks, a
 // resume on 3 ranks continues the epoch, `data order --shuffle-window-mb` gives the order it used
 // (every sample once over both runs), and that order is not the global shuffle's.
 TEST_F(ResumeEndToEnd, ShufflingByChunksContinuesOnAnotherRankCount) {

@@ -289,9 +289,9 @@ TEST_F(TrainEndToEnd, BenchDataReportsEveryCaseAndPassesItsCheck) {
     EXPECT_NE(r.out.find(row), std::string::npos) << row << " in\n" << r.out;
   }
   EXPECT_EQ(run_command(kBin + " bench data --data " + data_ + " --repeats 0").exit_code, 2);
-  // A cache smaller than the split, shuffled by chunks, page cache dropped before every pass.
+  // Shuffled by chunks, page cache dropped before every pass; a window the cache cannot hold twice.
   const ProcessResult chunks =
-      run_command(kBin + " bench data --data " + data_ + " --repeats 1 --cache-mb 2 --shuffle-window-mb 1 --cold");
+      run_command(kBin + " bench data --data " + data_ + " --repeats 1 --cache-mb 3 --shuffle-window-mb 1 --cold");
   ASSERT_EQ(chunks.exit_code, 0) << chunks.err;
   for (const char* row : {"loader by chunks, 1T", "page cache dropped before every pass", "check: OK (label sum "}) {
     EXPECT_NE(chunks.out.find(row), std::string::npos) << row << " in\n" << chunks.out;

@@ -87,6 +87,18 @@ TEST(ResumeConfig, OnlyOptionsThatChangeTheComputationAreReported) {
   EXPECT_NE(changes.find("train.seed 42 -> 7"), std::string::npos) << changes;
 }
 
+// A checkpoint written before an option existed resumes while the option keeps its default.
+TEST(ResumeConfigChanges, OptionsNewerThanTheCheckpointMayKeepTheirDefault) {
+  const config::Config base = config::resolve("", {{"data.path", "/data"}});
+  std::string older = config::to_ini(base);
+  const auto line = older.find("random_flip = ");
+  ASSERT_NE(line, std::string::npos) << older;
+  older.erase(line, older.find('\n', line) - line + 1);
+  EXPECT_EQ(resume_config_changes(older, config::to_ini(base)), "");
+  const config::Config flipped = config::resolve("", {{"data.path", "/data"}, {"data.random_flip", "true"}});
+  EXPECT_EQ(resume_config_changes(older, config::to_ini(flipped)), "data.random_flip (none) -> true");
+}
+
 // k AdamW steps, the state saved and loaded into a fresh optimizer, then one more step on each:
 // the parameters must agree to the bit. Also with the bias in a parameter group of its own
 // (optim.decay_bias_and_norm=false), declared first, so the optimizer's order differs.

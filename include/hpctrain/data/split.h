@@ -73,4 +73,8 @@ class Split {
 void set_shuffle_window(const Manifest& manifest, const std::string& split, std::int64_t window_mb,
                         SamplerOptions& options);
 
+// Throws ConfigError when `split` is larger than its cache and the cache cannot hold the two
+// windows of blocks a shuffle by chunks (`options` from set_shuffle_window) reads at once.
+void check_shuffle_window(const Split& split, const SamplerOptions& options);
+
 }  // namespace hpctrain::data

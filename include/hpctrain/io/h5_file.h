@@ -82,7 +82,8 @@ class H5File {
   // Reads rows [first, first + count) of the first dimension.
   void read_rows(const std::string& name, DType dtype, std::int64_t first, std::int64_t count,
                  void* out) const;
-  // Opens `name` for repeated row reads with a chunk cache of up to `cache_bytes`.
+  // Opens `name` for repeated row reads with a chunk cache of up to `cache_bytes` (at least 1 MiB;
+  // 0: none, every read goes to the file).
   H5Dataset open_dataset(const std::string& name, std::int64_t cache_bytes) const;
   // Names of the datasets under `group`, recursively, as paths relative to it, in name order.
   std::vector<std::string> list_datasets(const std::string& group) const;

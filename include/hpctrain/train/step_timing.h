@@ -21,7 +21,7 @@ struct StepBreakdown {
   double step_ms = 0.0;
   double data_ms = 0.0;
   double comm_ms = 0.0;
-  double compute_ms = 0.0;  // the rest: forward, backward, optimizer, bookkeeping
+  double compute_ms = 0.0;  // the rest: forward, backward, optimizer, and any checkpoint or evaluation
 };
 StepBreakdown breakdown(const IntervalTimes& times, double wall_s);
 
