@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <tuple>
 
 #include "hpctrain/cli/commands.h"
@@ -56,12 +58,20 @@ void drop_from_page_cache(const std::string& path) {
   ::close(fd);
 }
 
-std::int64_t read_file_raw(const std::string& path, std::vector<char>& buffer) {
+// The raw read's buffer is page-aligned, as dd's is: on some CPUs the kernel's copy into a
+// buffer 16 bytes past a page boundary (where malloc puts a large block) runs at a fifth of the
+// speed (1.4 against 8.6 GB/s on the development VM), which would flatter the loader's share.
+struct RawReadBuffer {
+  static constexpr size_t kBytes = 4 << 20;
+  std::unique_ptr<char, decltype(&std::free)> data{static_cast<char*>(std::aligned_alloc(4096, kBytes)), &std::free};
+};
+
+std::int64_t read_file_raw(const std::string& path, const RawReadBuffer& buffer) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw DataError(path + ": cannot open for the raw read");
   std::int64_t total = 0;
   ssize_t n = 0;
-  while ((n = ::read(fd, buffer.data(), buffer.size())) > 0) total += n;
+  while ((n = ::read(fd, buffer.data.get(), RawReadBuffer::kBytes)) > 0) total += n;
   ::close(fd);
   return total;
 }
@@ -147,7 +157,7 @@ int bench_data(const config::ParsedArgs& parsed) {
     }
   }
 
-  std::vector<char> buffer(4 << 20);
+  const RawReadBuffer buffer;
   std::int64_t raw_bytes = 0;
   const double raw_s = median(time_passes(repeats, [&] {
     drop_cache();

@@ -88,6 +88,96 @@ TEST(H5File, ChecksumCatchesAFlippedByte) {
   fs::remove(path);
 }
 
+// Note [Raw chunk reads]: whole chunks of a checksum-only dataset are read raw and checked by
+// io::fletcher32; a mismatch with the value HDF5 stored would fail these reads.
+TEST(H5Dataset, ReadsWholeChunksRawAndChecksThem) {
+  const std::string path = temp_path("raw-chunks.h5");
+  // 7-byte rows, 5 rows a chunk: odd chunk sizes, a partial last chunk, and chunks of 0xff (where
+  // HDF5's sums wrap), of zeros and of varied bytes.
+  std::vector<std::uint8_t> rows(23 * 7);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = i < 35 ? 0xff : i < 70 ? 0x00 : static_cast<std::uint8_t>(i * 37);
+  std::vector<float> floats(23 * 3);
+  for (size_t i = 0; i < floats.size(); ++i) floats[i] = static_cast<float>(i) * 0.25f;
+  {
+    H5File file = H5File::create(path, ExitCode::kData);
+    WriteOptions options;
+    options.chunk_rows = 5;
+    file.write("bytes", DType::kUInt8, {23, 7}, rows.data(), options);
+    file.write("floats", DType::kFloat32, {23, 3}, floats.data(), options);
+    options.deflate_level = 1;
+    file.write("deflated", DType::kUInt8, {23, 7}, rows.data(), options);
+    file.close();
+  }
+  const H5File file = H5File::open_read(path, ExitCode::kData);
+  const H5Dataset bytes = file.open_dataset("bytes", 0);
+  std::vector<std::uint8_t> got(rows.size());
+  for (std::int64_t first = 0; first < 23; first += 5) {
+    const std::int64_t count = std::min<std::int64_t>(5, 23 - first);
+    bytes.read_rows(DType::kUInt8, first, count, got.data() + first * 7);
+  }
+  EXPECT_EQ(got, rows);
+  EXPECT_EQ(bytes.raw_chunk_reads(), 5);
+
+  std::vector<float> got_floats(floats.size());
+  const H5Dataset float_set = file.open_dataset("floats", 0);
+  for (std::int64_t first = 0; first < 23; first += 5) {
+    float_set.read_rows(DType::kFloat32, first, std::min<std::int64_t>(5, 23 - first), got_floats.data() + first * 3);
+  }
+  EXPECT_EQ(got_floats, floats);
+  EXPECT_EQ(float_set.raw_chunk_reads(), 5);
+  std::vector<double> as_double(15);
+  float_set.read_rows(DType::kFloat64, 5, 5, as_double.data());  // a conversion: through HDF5
+  EXPECT_EQ(as_double[0], 3.75);
+  EXPECT_EQ(float_set.raw_chunk_reads(), 5);
+
+  // Rows across chunks, and a compressed dataset, take HDF5's own path.
+  bytes.read_rows(DType::kUInt8, 3, 5, got.data());
+  EXPECT_TRUE(std::equal(got.begin(), got.begin() + 35, rows.begin() + 21));
+  EXPECT_EQ(bytes.raw_chunk_reads(), 5);
+  const H5Dataset deflated = file.open_dataset("deflated", 0);
+  deflated.read_rows(DType::kUInt8, 5, 5, got.data());
+  EXPECT_TRUE(std::equal(got.begin(), got.begin() + 35, rows.begin() + 35));
+  EXPECT_EQ(deflated.raw_chunk_reads(), 0);
+  fs::remove(path);
+}
+
+TEST(H5Dataset, RawChunkReadNamesTheRowsWhoseChecksumFails) {
+  const std::string path = temp_path("raw-flipped.h5");
+  std::vector<std::uint8_t> data(64 * 1024, 0x5A);
+  {
+    H5File file = H5File::create(path, ExitCode::kData);
+    WriteOptions options;
+    options.chunk_rows = 16;
+    file.write("bytes", DType::kUInt8, {64, 1024}, data.data(), options);
+    file.close();
+  }
+  {  // The payload is most of the file: its middle byte lies in one of the four chunks.
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(path) / 2));
+    f.put(static_cast<char>(0x00));
+  }
+  const H5File file = H5File::open_read(path, ExitCode::kData);
+  const H5Dataset set = file.open_dataset("bytes", 0);
+  std::vector<std::uint8_t> out(16 * 1024);
+  int failures = 0;
+  for (std::int64_t first = 0; first < 64; first += 16) {
+    try {
+      set.read_rows(DType::kUInt8, first, 16, out.data());
+    } catch (const Error& e) {
+      ++failures;
+      EXPECT_EQ(e.code(), ExitCode::kData);
+      const std::string message = e.what();
+      EXPECT_NE(message.find(path + ": dataset 'bytes': rows " + std::to_string(first) + "-" +
+                             std::to_string(first + 15) + " fail their fletcher32 checksum"),
+                std::string::npos)
+          << message;
+    }
+  }
+  EXPECT_EQ(failures, 1);
+  EXPECT_EQ(set.raw_chunk_reads(), 3);
+  fs::remove(path);
+}
+
 // A loader thread reading shards while a checkpoint is written on another thread (ckpt.async):
 // without io's process-wide lock this non-thread-safe HDF5 corrupts its state or crashes.
 TEST(H5File, ThreadsMayReadAndWriteAtOnce) {

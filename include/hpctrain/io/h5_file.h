@@ -45,17 +45,26 @@ class H5Dataset {
   ~H5Dataset();
 
   const DatasetInfo& info() const { return info_; }
-  // Reads rows [first, first + count) of the first dimension, converting to `dtype`.
+  // Reads rows [first, first + count) of the first dimension, converting to `dtype`. Rows that
+  // are exactly one chunk, stored with a checksum and nothing else, are read raw and checked here
+  // (Note [Raw chunk reads]).
   void read_rows(DType dtype, std::int64_t first, std::int64_t count, void* out) const;
+  // How many of the reads so far took the raw chunk path.
+  std::int64_t raw_chunk_reads() const { return raw_chunk_reads_; }
 
  private:
   friend class H5File;
   H5Dataset(std::int64_t id, std::string where, ExitCode code, DatasetInfo info);
+  bool read_chunk_raw(std::int64_t first, std::int64_t count, void* out) const;
 
   std::int64_t id_ = -1;  // hid_t
   std::string where_;     // "file: dataset" for messages
   ExitCode code_ = ExitCode::kData;
   DatasetInfo info_;
+  std::int64_t chunk_rows_ = 0;   // rows per chunk when chunks can be read raw, else 0
+  std::int64_t chunk_bytes_ = 0;  // one chunk's data, without its checksum
+  mutable std::vector<unsigned char> chunk_buffer_;  // guarded by io's library lock
+  mutable std::int64_t raw_chunk_reads_ = 0;
 };
 
 class H5File {
