@@ -3,11 +3,12 @@
 # hpctrain against that torch's libtorch, runs the checks below and ends with a summary table.
 # CI has no GPU; run this whenever one is at hand and record the table in docs/benchmarks.md.
 #
-# usage: jobs/bench/gpu-verify.sh [--deps PREFIX] [--fashion-mnist DIR] [--out DIR]
+# usage: jobs/bench/gpu-verify.sh [--deps PREFIX] [--fashion-mnist DIR] [--text DIR] [--out DIR]
 #   --deps PREFIX        MPI/HDF5/Boost/spdlog/fmt/json/gtest from jobs/bench/pack-deps.sh, for a
 #                        GPU machine without those development files
 #   --fashion-mnist DIR  the four Fashion-MNIST IDX .gz files
 #                        (default /usr/share/datasets/fashion-mnist)
+#   --text DIR           a file or folder of text for the gpt runs (default /usr/share/common-licenses)
 #   --out DIR            build, logs and results (default build/gpu-verify)
 # Needs nvidia-smi, python3 with a CUDA torch, CMake >= 3.22, a C++17 compiler and the CUDA
 # toolkit; NCCL from the toolkit, $NCCL_HOME, or the nvidia-nccl wheel torch depends on.
@@ -16,19 +17,22 @@
 #   configure+build, hpctrain --version, the unit, cli and mpi tests, bench comm (nccl and mpi),
 #   bench step (fashion_cnn on the GPU), bench data, fashion_cnn trained on the GPU with NCCL to
 #   >= 0.85 test accuracy, 100 steps on the GPU over the MPI backend with dist.sync_bn and two
-#   loader threads, resnet20 in fp32 and in bf16 (with background checkpoints), the same
-#   fashion_cnn steps on the CPU for scale, and the same training in PyTorch eager on the same GPU.
+#   loader threads, resnet20 in fp32 and in bf16 (with background checkpoints), the byte-level
+#   gpt of configs/text_gpt.ini in fp32 and in bf16, the same fashion_cnn steps on the CPU for
+#   scale, and the same training in PyTorch eager on the same GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 
 deps=""
 fmnist=/usr/share/datasets/fashion-mnist
+text=/usr/share/common-licenses
 out=build/gpu-verify
 while [ $# -gt 0 ]; do
   case "$1" in
     --deps) deps=$(realpath "$2"); shift 2 ;;
     --fashion-mnist) fmnist=$(realpath "$2"); shift 2 ;;
+    --text) text=$(realpath "$2"); shift 2 ;;
     --out) out="$2"; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "gpu-verify.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -174,9 +178,10 @@ record "train gpu, mpi backend, sync_bn" "$status" "$seconds" "100 steps, $(rate
 # resnet20 on the GPU in fp32, then with bf16 autocast: samples/s after the first progress record
 # (cuDNN picks its algorithms there); the bf16 run also writes background checkpoints taken from
 # CUDA tensors, which must all land.
+# steady_rate METRICS [KEY]: the mean of KEY (samples_per_s) over the progress records but the first.
 steady_rate() { python3 -c 'import json,sys
-r=[json.loads(l)["samples_per_s"] for l in open(sys.argv[1]) if "samples_per_s" in l][1:]
-print(round(sum(r)/len(r)) if r else "none")' "$1"; }
+r=[json.loads(l)[sys.argv[2]] for l in open(sys.argv[1]) if sys.argv[2] in l][1:]
+print(round(sum(r)/len(r)) if r else "none")' "$1" "${2:-samples_per_s}"; }
 resnet_run=(--model.name=resnet --dist.device=cuda --dist.backend=nccl --train.batch_size=128
             --train.max_steps=600 --log.every_steps=100 --data.eval_split=)
 run_step train_resnet_fp32 60 "${launch[@]}" "$bin" train --config configs/fashion_cnn.ini --data.path="$data" \
@@ -188,6 +193,22 @@ written=$(grep -c 'written in the background' "$out/train_resnet_bf16.log")
 [ "$status" = PASS ] && [ "$written" -lt 3 ] && status=FAIL
 record "train resnet20 gpu bf16" "$status" "$seconds" \
   "$(steady_rate "$out/run-resnet-bf16/metrics.jsonl") samples/s, $written background checkpoints"
+
+# The byte-level gpt (configs/text_gpt.ini, 0.8 M parameters, 64 windows of 128 tokens a step)
+# in fp32 and with bf16 autocast: tokens/s after the first progress record, and the perplexity
+# on the held-out 10 % of the text after 300 steps.
+run_step prepare_text 60 "$bin" prepare text --source "$text" --out "$out/text"
+last_ppl() { python3 -c 'import json,sys
+r=[json.loads(l)["test_ppl"] for l in open(sys.argv[1]) if "test_ppl" in l]
+print(round(r[-1], 2) if r else "none")' "$1"; }
+gpt_run=(--config configs/text_gpt.ini --data.path="$out/text" --dist.device=cuda --dist.backend=nccl
+         --train.batch_size=64 --train.max_steps=300 --log.every_steps=50)
+for precision in fp32 bf16; do
+  run_step "train_gpt_$precision" 90 "${launch[@]}" "$bin" train "${gpt_run[@]}" --run.dir="$out/run-gpt-$precision" \
+    --train.precision="$precision"
+  record "train gpt gpu $precision" "$status" "$seconds" \
+    "$(steady_rate "$out/run-gpt-$precision/metrics.jsonl" tokens_per_s) tokens/s, test_ppl $(last_ppl "$out/run-gpt-$precision/metrics.jsonl")"
+done
 
 run_step train_cpu 60 "${launch[@]}" "$bin" train --config configs/fashion_cnn.ini --data.path="$data" \
   --run.dir="$out/run-cpu" --dist.device=cpu --train.max_steps=300 --log.every_steps=100

@@ -50,11 +50,18 @@ int run_eval(const Args& args) {
   const auto comm = comm::make_communicator(parsed.config.dist.backend, *bootstrap, setup.use_cuda,
                                             device.is_cuda() ? device.index() : 0,
                                             parsed.config.dist.timeout_s);
-  const train::EvalResult result = train::evaluate(*setup.model, *setup.eval_split, *comm,
-                                                   parsed.config.train.eval_batch_size, device);
+  const std::int64_t batch = parsed.config.train.eval_batch_size;
+  const train::EvalResult result = setup.eval_tokens
+                                       ? train::evaluate(*setup.model, *setup.eval_tokens, *comm, batch, device)
+                                       : train::evaluate(*setup.model, *setup.eval_split, *comm, batch, device);
   log::info("checkpoint {} (step {}, epoch {}, model {})", path, meta.step, meta.epoch, meta.model_name);
-  log::info("{}: {} samples, test_loss {:.4f}, test_acc {:.4f}", parsed.config.data.eval_split,
-            result.samples, result.loss, result.accuracy);
+  if (result.language_model()) {
+    log::info("{}: {} tokens, test_loss {:.4f}, test_ppl {:.2f}, test_acc {:.4f} (next token)",
+              parsed.config.data.eval_split, result.tokens, result.loss, result.perplexity(), result.accuracy);
+  } else {
+    log::info("{}: {} samples, test_loss {:.4f}, test_acc {:.4f}", parsed.config.data.eval_split,
+              result.samples, result.loss, result.accuracy);
+  }
   log::shutdown();
   return 0;
 }

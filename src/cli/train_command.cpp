@@ -64,7 +64,10 @@ int run_train(const Args& args) {
     log::shutdown();
     return static_cast<int>(ExitCode::kStopped);
   }
-  if (summary.last_eval) {
+  if (summary.last_eval && summary.last_eval->language_model()) {
+    log::info("done: {} steps, test loss {:.4f}, perplexity {:.2f}, next-token accuracy {:.4f}", summary.steps,
+              summary.last_eval->loss, summary.last_eval->perplexity(), summary.last_eval->accuracy);
+  } else if (summary.last_eval) {
     log::info("done: {} steps, test accuracy {:.4f}, test loss {:.4f}", summary.steps,
               summary.last_eval->accuracy, summary.last_eval->loss);
   } else {

@@ -222,7 +222,8 @@ std::vector<Option> build_table() {
       row("model.mlp_hidden", &C::model, &ModelConfig::mlp_hidden, "512,256",
           "Hidden layer widths of the mlp model.", int_list()),
       row("model.dropout", &C::model, &ModelConfig::dropout, "0.25",
-          "Dropout probability after the hidden layers (fashion_cnn: after Linear(3136->128)).",
+          "Dropout probability after the hidden layers (fashion_cnn: after Linear(3136->128); gpt: on "
+          "the attention weights and after each attention and MLP block).",
           in_unit_interval()),
       row("model.resnet_depth", &C::model, &ModelConfig::resnet_depth, "20",
           "Layers of the resnet model: 6n+2 (20, 32, 44, 56, 110), n basic blocks per stage.",

@@ -146,7 +146,7 @@ Split Split::load(const std::string& dataset_dir, const std::string& split_name,
   if (spec.samples() == 0) throw DataError(dataset_dir + ": split '" + split_name + "' is empty");
   if (m.fields.size() < 2) {
     throw DataError(dataset_dir + ": '" + m.name + "' has no input and 'label' fields (a token stream?); "
-                    "train and eval read sample datasets, training on token streams is not built yet");
+                    "it reads sample datasets; a token stream is trained with model.name=gpt");
   }
   state->input_field = m.fields.front();
   const FieldSpec& label_field = m.field("label");

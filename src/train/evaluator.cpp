@@ -2,8 +2,12 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+#include <numeric>
+
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/data/split.h"
+#include "hpctrain/data/token_stream.h"
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/model/model.h"
 
@@ -30,7 +34,37 @@ EvalResult evaluate(model::Model& model, const data::Split& split, comm::Communi
   const std::vector<double> totals = ddp::sum_over_ranks(
       comm, {loss_sum.item<double>(), correct.item<double>(), static_cast<double>(last - first)},
       device);
-  return {totals[0] / totals[2], totals[1] / totals[2], static_cast<std::int64_t>(totals[2])};
+  return {totals[0] / totals[2], totals[1] / totals[2], static_cast<std::int64_t>(totals[2]), 0};
 }
+
+EvalResult evaluate(model::Model& model, const data::TokenStream& stream, comm::Communicator& comm,
+                    std::int64_t batch_size, c10::Device device) {
+  model.module().eval();
+  torch::NoGradGuard no_grad;
+  const std::int64_t block = stream.block_size();
+  const std::int64_t windows = (stream.size() - 1) / block;
+  const std::int64_t first = windows * comm.rank() / comm.size();
+  const std::int64_t last = windows * (comm.rank() + 1) / comm.size();
+  at::Tensor loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
+  at::Tensor correct = torch::zeros({}, torch::dtype(torch::kInt64).device(device));
+  for (std::int64_t start = first; start < last; start += batch_size) {
+    std::vector<std::int64_t> offsets(static_cast<size_t>(std::min(batch_size, last - start)));
+    std::iota(offsets.begin(), offsets.end(), start);
+    for (auto& offset : offsets) offset *= block;
+    const data::Batch batch = stream.gather(offsets);
+    const at::Tensor target = batch.target.to(device).flatten();
+    const at::Tensor logits = model.forward(batch.input.to(device)).flatten(0, 1);
+    loss_sum += torch::nn::functional::cross_entropy(
+        logits, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    correct += logits.argmax(1).eq(target).sum();
+  }
+  const std::vector<double> totals = ddp::sum_over_ranks(
+      comm, {loss_sum.item<double>(), correct.item<double>(), static_cast<double>(last - first)}, device);
+  const double tokens = totals[2] * static_cast<double>(block);
+  return {totals[0] / tokens, totals[1] / tokens, static_cast<std::int64_t>(totals[2]),
+          static_cast<std::int64_t>(tokens)};
+}
+
+double EvalResult::perplexity() const { return std::exp(loss); }
 
 }  // namespace hpctrain::train

@@ -22,6 +22,7 @@
 #include "hpctrain/data/augment.h"
 #include "hpctrain/data/distributed_sampler.h"
 #include "hpctrain/data/loader.h"
+#include "hpctrain/data/token_windows.h"
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/model/batch_norm.h"
 #include "hpctrain/model/model.h"
@@ -32,9 +33,9 @@
 #include "hpctrain/train/optimizer.h"
 #include "hpctrain/train/resume_policy.h"
 #include "hpctrain/train/step_loss.h"
+#include "hpctrain/train/step_timing.h"
 #include "hpctrain/train/train_state.h"
 #include "autocast.h"
-#include "hpctrain/train/step_timing.h"
 
 namespace hpctrain::train {
 namespace {
@@ -74,6 +75,20 @@ std::string commit_checkpoint(const std::string& dir, const ckpt::Checkpoint& ch
   return path;
 }
 
+// Which samples (or token windows) each step of an epoch takes: the DistributedSampler of a
+// sample split or the TokenWindowSampler of a token stream; both count one global cursor.
+struct EpochPlan {
+  std::optional<data::DistributedSampler> samples;
+  std::optional<data::TokenWindowSampler> windows;
+
+  std::vector<data::SamplerStep> steps(std::int64_t epoch, std::int64_t cursor) const {
+    return samples ? samples->steps(samples->global_order(epoch), cursor) : windows->steps(epoch, cursor);
+  }
+  std::int64_t steps_from(std::int64_t cursor) const {
+    return samples ? samples->steps_from(cursor) : windows->steps_from(cursor);
+  }
+};
+
 }  // namespace
 
 ckpt::NamedTensors model_state(model::Model& model) {
@@ -89,13 +104,57 @@ int configure_threads(const config::TrainConfig& train) {
   return threads;
 }
 
+namespace {
+
+// The gpt model learns from a token stream; every other model from samples with labels.
+void check_model_fits_dataset(const config::Config& config, const data::Manifest& manifest, bool token_stream) {
+  const bool language_model = config.model.name == "gpt";
+  if (language_model && !token_stream) {
+    const data::FieldSpec& field = manifest.fields.front();
+    throw ConfigError("model.name=gpt learns from a token stream (`hpctrain prepare text`), but dataset " +
+                      config.data.path + " holds samples ('" + field.name + "' " + io::dtype_name(field.dtype) +
+                      io::shape_text(field.shape) + ") with labels; choose a classifier (mlp, fashion_cnn, "
+                      "resnet) or a token-stream dataset");
+  }
+  if (!language_model && token_stream) {
+    throw ConfigError("dataset " + config.data.path + " is a token stream, which only model.name=gpt learns "
+                      "from; model.name=" + config.model.name + " classifies samples");
+  }
+}
+
+void check_augmentation(const config::Config& config, const std::vector<std::int64_t>& shape, bool token_stream) {
+  if (config.data.random_crop == 0 && !config.data.random_flip) return;
+  const bool channels_first_image =
+      shape.size() == 2 || (shape.size() == 3 && (shape[0] == 1 || shape[0] == 3 || shape[0] == 4));
+  if (token_stream) {
+    throw ConfigError("data.random_crop and data.random_flip augment images; dataset " + config.data.path +
+                      " is a token stream: turn them off");
+  }
+  if (!channels_first_image) {
+    std::string dims;
+    for (const std::int64_t d : shape) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    throw ConfigError("data.random_crop and data.random_flip augment images stored channels first ([C, H, W] "
+                      "with C = 1, 3 or 4, or [H, W]), but dataset " + config.data.path + " holds samples of shape [" +
+                      dims + "]; turn them off (or store images as [C, H, W])");
+  }
+}
+
+// A token stream's split, in windows of model.gpt_block_size + 1 tokens.
+data::TokenStream load_token_split(const config::Config& config, const std::string& split, std::int64_t cache_bytes) {
+  data::TokenStream stream = data::TokenStream::load(config.data.path, split, config.model.gpt_block_size, cache_bytes);
+  if (stream.size() < config.model.gpt_block_size + 1) {
+    throw DataError("split '" + split + "' of " + config.data.path + " has " + std::to_string(stream.size()) +
+                    " tokens, fewer than one window of model.gpt_block_size + 1 = " +
+                    std::to_string(config.model.gpt_block_size + 1) + "; lower model.gpt_block_size");
+  }
+  return stream;
+}
+
+}  // namespace
+
 TrainingSetup prepare_training(const config::Config& config, bool need_train_split) {
   const bool use_cuda = resolve_use_cuda(config.dist.device, visible_gpus());
   comm::validate_backend(config.dist.backend, use_cuda);
-  if (config.model.name == "gpt") {
-    throw ConfigError("model.name=gpt: training a language model on a token stream is not built yet; the gpt "
-                      "model exists, but train and eval read sample datasets (image or array plus label)");
-  }
   check_optimizer_options(config.optim);
   check_schedule_options(config.optim);
   const int threads = configure_threads(config.train);
@@ -108,30 +167,35 @@ TrainingSetup prepare_training(const config::Config& config, bool need_train_spl
                       " (the window being read and the next are held in memory; data.cache_mb is " +
                       std::to_string(config.data.cache_mb) + "); raise data.cache_mb or lower the window");
   }
-  std::optional<data::Split> train_split;
+  const data::Manifest manifest = data::Manifest::load(config.data.path);
+  const bool token_stream = data::is_token_stream(manifest);
+  check_model_fits_dataset(config, manifest, token_stream);
   const std::int64_t cache_bytes = config.data.cache_mb << 20;
-  if (need_train_split) {
-    train_split = data::Split::load(config.data.path, config.data.train_split, cache_bytes);
+  TrainingSetup setup{config, std::nullopt, std::nullopt, std::nullopt, std::nullopt, nullptr, threads, use_cuda};
+  if (token_stream) {
+    if (config.data.shuffle_window_mb > 0) {
+      throw ConfigError("data.shuffle_window_mb shuffles the samples of a sample dataset; " + config.data.path +
+                        " is a token stream, read in windows at random offsets: set it to 0");
+    }
+    check_augmentation(config, {}, true);
+    if (need_train_split) setup.train_tokens = load_token_split(config, config.data.train_split, cache_bytes);
+    if (!config.data.eval_split.empty()) {
+      setup.eval_tokens = load_token_split(config, config.data.eval_split, cache_bytes);
+    }
+    HT_CHECK(setup.train_tokens || setup.eval_tokens, "nothing to load: no train split and no eval split");
+    // The vocabulary is the manifest's num_classes (256 for `prepare text`'s bytes).
+    setup.model = model::make_model(config.model, {{config.model.gpt_block_size}, manifest.num_classes});
+    return setup;
   }
-  std::optional<data::Split> eval_split;
+  if (need_train_split) setup.train_split = data::Split::load(config.data.path, config.data.train_split, cache_bytes);
   if (!config.data.eval_split.empty()) {
-    eval_split = data::Split::load(config.data.path, config.data.eval_split, cache_bytes);
+    setup.eval_split = data::Split::load(config.data.path, config.data.eval_split, cache_bytes);
   }
-  HT_CHECK(train_split || eval_split, "nothing to load: no train split and no eval split");
-  const data::Split& any = train_split ? *train_split : *eval_split;
-  const std::vector<std::int64_t> shape = any.sample_shape();
-  const bool channels_first_image =
-      shape.size() == 2 || (shape.size() == 3 && (shape[0] == 1 || shape[0] == 3 || shape[0] == 4));
-  if ((config.data.random_crop > 0 || config.data.random_flip) && !channels_first_image) {
-    std::string dims;
-    for (const std::int64_t d : shape) dims += (dims.empty() ? "" : ",") + std::to_string(d);
-    throw ConfigError("data.random_crop and data.random_flip augment images stored channels first ([C, H, W] "
-                      "with C = 1, 3 or 4, or [H, W]), but dataset " + config.data.path + " holds samples of shape [" +
-                      dims + "]; turn them off (or store images as [C, H, W])");
-  }
-  const model::ModelSpec spec{any.sample_shape(), any.manifest().num_classes};
-  auto net = model::make_model(config.model, spec);
-  return {config, std::move(train_split), std::move(eval_split), net, threads, use_cuda};
+  HT_CHECK(setup.train_split || setup.eval_split, "nothing to load: no train split and no eval split");
+  const data::Split& any = setup.train_split ? *setup.train_split : *setup.eval_split;
+  check_augmentation(config, any.sample_shape(), false);
+  setup.model = model::make_model(config.model, {any.sample_shape(), any.manifest().num_classes});
+  return setup;
 }
 
 struct Trainer::State {
@@ -278,7 +342,15 @@ struct Trainer::State {
 
   void resume();
   void check_config_unchanged(const ckpt::CheckpointReader& reader) const;
-  void train_epoch(std::int64_t epoch, const data::DistributedSampler& sampler, std::int64_t cursor);
+  EpochPlan plan_samples() const;
+  EpochPlan plan_windows() const;
+  void train_epoch(std::int64_t epoch, const EpochPlan& plan, std::int64_t cursor);
+  // What the loader's threads do for a step: gather (and augment) its samples or windows.
+  data::Loader::ReadBatch batch_reader(std::int64_t epoch) const;
+  // The model's input: normalized pixels or arrays; token ids as they are.
+  at::Tensor model_input(const at::Tensor& input) const {
+    return setup.train_split ? setup.train_split->normalize(input) : input;
+  }
   void log_progress(std::int64_t epoch, std::int64_t step_in_epoch, std::int64_t steps_per_epoch,
                     at::Tensor& loss_sum, double& real_samples, Timer& interval, IntervalTimes& times);
   std::optional<EvalResult> evaluate_epoch(std::int64_t epoch);
@@ -332,33 +404,79 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
 
 Trainer::~Trainer() = default;
 
-void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSampler& sampler,
-                                 std::int64_t cursor) {
+EpochPlan Trainer::State::plan_samples() const {
+  const config::TrainConfig& train = config().train;
+  data::SamplerOptions options;
+  options.dataset_size = setup.train_split->size();
+  options.world_size = comm->size();
+  options.rank = comm->rank();
+  options.batch_size = train.batch_size;
+  options.seed = static_cast<std::uint64_t>(train.seed);
+  options.shuffle = train.shuffle;
+  options.drop_last = train.drop_last;
+  data::set_shuffle_window(setup.train_split->manifest(), config().data.train_split,
+                           config().data.shuffle_window_mb, options);
+  data::check_shuffle_window(*setup.train_split, options);
+  if (train.shuffle && !options.block_starts.empty()) {
+    log::info("shuffling by chunks (data.shuffle_window_mb={}): {} blocks, the samples of {} at a time mixed",
+              config().data.shuffle_window_mb, options.block_starts.size(), options.window_blocks);
+  } else if (train.shuffle && !setup.train_split->caches_blocks()) {
+    log::warn("split '{}' is larger than data.cache_mb={}: a global shuffle reads about one ~1 MiB "
+              "chunk per sample; set data.shuffle_window_mb (e.g. {}) to shuffle by chunks, or raise "
+              "data.cache_mb", config().data.train_split, config().data.cache_mb,
+              std::max<std::int64_t>(1, config().data.cache_mb / 4));
+  }
+  EpochPlan plan;
+  plan.samples.emplace(options);
+  return plan;
+}
+
+EpochPlan Trainer::State::plan_windows() const {
+  data::TokenWindowOptions options;
+  options.stream_tokens = setup.train_tokens->size();
+  options.block_size = setup.train_tokens->block_size();
+  options.world_size = comm->size();
+  options.rank = comm->rank();
+  options.batch_size = config().train.batch_size;
+  options.seed = static_cast<std::uint64_t>(config().train.seed);
+  EpochPlan plan;
+  plan.windows.emplace(options);
+  return plan;
+}
+
+data::Loader::ReadBatch Trainer::State::batch_reader(std::int64_t epoch) const {
+  // On a GPU, batches are assembled in pinned memory so that their copy to the device is
+  // asynchronous and overlaps the previous step's kernels.
+  const bool pinned = device.is_cuda();
+  if (setup.train_tokens) {
+    return [stream = *setup.train_tokens, pinned](const std::vector<std::int64_t>& offsets) {
+      return stream.gather(offsets, pinned);
+    };
+  }
+  data::AugmentOptions augment;
+  augment.crop_padding = config().data.random_crop;
+  augment.flip = config().data.random_flip;
+  augment.seed = static_cast<std::uint64_t>(config().train.seed);
+  return [split = *setup.train_split, pinned, augment, epoch](const std::vector<std::int64_t>& indices) {
+    data::Batch batch = split.gather(indices, pinned);
+    data::augment_in_place(batch.input, indices, epoch, augment);
+    return batch;
+  };
+}
+
+void Trainer::State::train_epoch(std::int64_t epoch, const EpochPlan& plan, std::int64_t cursor) {
   net().module().train();
   // The rest of the epoch's plan up front, so the loader can read ahead of the loop.
-  const std::vector<data::SamplerStep> plans = sampler.steps(sampler.global_order(epoch), cursor);
+  const std::vector<data::SamplerStep> plans = plan.steps(epoch, cursor);
   const std::optional<at::ScalarType> autocast_dtype =
       config().train.precision == "bf16" ? std::optional<at::ScalarType>(at::kBFloat16) : std::nullopt;
   // An optimizer step is `accum` sampler steps (micro-batches); the epoch's last may have fewer.
   const auto micro_batches = static_cast<std::int64_t>(plans.size());
   const std::int64_t steps_per_epoch = (micro_batches + accum - 1) / accum;
   std::vector<std::vector<std::int64_t>> step_indices;
-  for (const auto& plan : plans) step_indices.push_back(plan.indices);
-  // On a GPU, batches are assembled in pinned memory so that their copy to the device below
-  // is asynchronous and overlaps the previous step's kernels.
-  const bool pinned = device.is_cuda();
-  data::AugmentOptions augment;
-  augment.crop_padding = config().data.random_crop;
-  augment.flip = config().data.random_flip;
-  augment.seed = static_cast<std::uint64_t>(config().train.seed);
-  data::Loader loader(
-      [split = *setup.train_split, pinned, augment, epoch](const std::vector<std::int64_t>& indices) {
-        data::Batch batch = split.gather(indices, pinned);
-        data::augment_in_place(batch.input, indices, epoch, augment);
-        return batch;
-      },
-      std::move(step_indices),
-      {static_cast<int>(config().data.prefetch), static_cast<int>(config().data.loader_threads)});
+  for (const auto& step_plan : plans) step_indices.push_back(step_plan.indices);
+  data::Loader loader(batch_reader(epoch), std::move(step_indices),
+                      {static_cast<int>(config().data.prefetch), static_cast<int>(config().data.loader_threads)});
 
   Timer interval;
   IntervalTimes times;
@@ -378,24 +496,22 @@ void Trainer::State::train_epoch(std::int64_t epoch, const data::DistributedSamp
     sync_buffers();
     optimizer->zero_grad();
     for (std::int64_t j = first; j < first + count; ++j) {
-      const data::SamplerStep& plan = plans[static_cast<size_t>(j)];
+      const data::SamplerStep& micro = plans[static_cast<size_t>(j)];
       const Timer waiting;
       const data::Batch batch = loader.next();
       times.data_s += waiting.elapsed_s();
-      const at::Tensor weights = torch::tensor(plan.weights).to(device);
+      const at::Tensor weights = torch::tensor(micro.weights).to(device);
       at::Tensor logits;
       {
         const AutocastScope autocast(device.type(), autocast_dtype);
-        logits = net().forward(setup.train_split->normalize(batch.input.to(device, /*non_blocking=*/true)));
+        logits = net().forward(model_input(batch.input.to(device, /*non_blocking=*/true)));
       }
-      const at::Tensor losses = torch::nn::functional::cross_entropy(
-          logits.to(at::kFloat), batch.target.to(device, /*non_blocking=*/true),
-          torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone).label_smoothing(
-              config().train.label_smoothing));
+      const at::Tensor losses = per_sample_loss(logits, batch.target.to(device, /*non_blocking=*/true),
+                                                config().train.label_smoothing);
       grad_sync->begin_backward(/*last_micro_batch=*/j + 1 == first + count);
       step_loss(losses, weights, comm->size(), step_real).backward();
       loss_sum += (losses.detach() * weights).sum();
-      for (const float w : plan.weights) real_samples += w;
+      for (const float w : micro.weights) real_samples += w;
     }
     const Timer reducing;
     grad_sync->average_gradients();
@@ -449,9 +565,13 @@ void Trainer::State::log_progress(std::int64_t epoch, std::int64_t step_in_epoch
       steps_per_epoch - step_in_epoch + (config().train.epochs - epoch - 1) * steps_per_full_epoch;
   if (config().train.max_steps > 0) steps_left = std::min(steps_left, config().train.max_steps - step);
   const double eta_s = static_cast<double>(std::max<std::int64_t>(0, steps_left)) * per_step.step_ms / 1e3;
-  log::info("epoch {} step {} ({}/{}) loss {:.4f} lr {:.3g} grad_norm {:.3g} {:.0f} samples/s, {:.1f} ms/step "
+  // A language model's samples are windows of gpt_block_size tokens, each token a prediction.
+  const double tokens_per_s = setup.language_model() ? samples_per_s * static_cast<double>(config().model.gpt_block_size) : 0;
+  const std::string rate = setup.language_model() ? fmt::format("{:.0f} tokens/s", tokens_per_s)
+                                                  : fmt::format("{:.0f} samples/s", samples_per_s);
+  log::info("epoch {} step {} ({}/{}) loss {:.4f} lr {:.3g} grad_norm {:.3g} {}, {:.1f} ms/step "
             "(data {:.1f}, comm {:.1f}), ETA {}",
-            epoch + 1, step, step_in_epoch, steps_per_epoch, mean_loss, lr, grad_norm.value_or(0.0), samples_per_s,
+            epoch + 1, step, step_in_epoch, steps_per_epoch, mean_loss, lr, grad_norm.value_or(0.0), rate,
             per_step.step_ms, per_step.data_ms, per_step.comm_ms, format_duration(eta_s));
   nlohmann::json record = {{"step", step},
                            {"epoch", epoch + 1},
@@ -465,6 +585,7 @@ void Trainer::State::log_progress(std::int64_t epoch, std::int64_t step_in_epoch
                            {"eta_s", eta_s},
                            {"peak_rss_mb", static_cast<double>(sys::peak_rss_bytes()) / (1 << 20)}};
   if (grad_norm) record["grad_norm"] = *grad_norm;
+  if (setup.language_model()) record["tokens_per_s"] = tokens_per_s;
   metrics.write(record);
   loss_sum.zero_();
   real_samples = 0.0;
@@ -473,14 +594,23 @@ void Trainer::State::log_progress(std::int64_t epoch, std::int64_t step_in_epoch
 }
 
 std::optional<EvalResult> Trainer::State::evaluate_epoch(std::int64_t epoch) {
-  if (!setup.eval_split) return std::nullopt;
+  if (!setup.eval_split && !setup.eval_tokens) return std::nullopt;
   sync_buffers();
-  const EvalResult result =
-      evaluate(net(), *setup.eval_split, *comm, config().train.eval_batch_size, device);
-  log::info("epoch {} step {} eval on {} ({} samples): test_loss {:.4f} test_acc {:.4f}", epoch + 1, step,
-            config().data.eval_split, result.samples, result.loss, result.accuracy);
-  metrics.write({{"epoch", epoch + 1}, {"step", step}, {"test_loss", result.loss},
-                 {"test_acc", result.accuracy}});
+  const std::int64_t batch = config().train.eval_batch_size;
+  const EvalResult result = setup.eval_tokens ? evaluate(net(), *setup.eval_tokens, *comm, batch, device)
+                                              : evaluate(net(), *setup.eval_split, *comm, batch, device);
+  nlohmann::json record = {{"epoch", epoch + 1}, {"step", step}, {"test_loss", result.loss},
+                           {"test_acc", result.accuracy}};
+  if (result.language_model()) {
+    log::info("epoch {} step {} eval on {} ({} tokens): test_loss {:.4f} test_ppl {:.2f} test_acc {:.4f} (next token)",
+              epoch + 1, step, config().data.eval_split, result.tokens, result.loss, result.perplexity(),
+              result.accuracy);
+    record["test_ppl"] = result.perplexity();
+  } else {
+    log::info("epoch {} step {} eval on {} ({} samples): test_loss {:.4f} test_acc {:.4f}", epoch + 1, step,
+              config().data.eval_split, result.samples, result.loss, result.accuracy);
+  }
+  metrics.write(record);
   improved = !best_test_acc || result.accuracy > *best_test_acc;
   if (improved) best_test_acc = result.accuracy;
   return result;
@@ -613,36 +743,21 @@ void Trainer::State::resume() {
 TrainSummary Trainer::run() {
   State& s = *state_;
   const config::TrainConfig& train = s.config().train;
-  HT_CHECK(s.setup.train_split.has_value(), "Trainer needs a training split");
-  data::SamplerOptions options;
-  options.dataset_size = s.setup.train_split->size();
-  options.world_size = s.comm->size();
-  options.rank = s.comm->rank();
-  options.batch_size = train.batch_size;
-  options.seed = static_cast<std::uint64_t>(train.seed);
-  options.shuffle = train.shuffle;
-  options.drop_last = train.drop_last;
-  data::set_shuffle_window(s.setup.train_split->manifest(), s.config().data.train_split,
-                           s.config().data.shuffle_window_mb, options);
-  data::check_shuffle_window(*s.setup.train_split, options);
-  const data::DistributedSampler sampler(options);
-  if (train.shuffle && !options.block_starts.empty()) {
-    log::info("shuffling by chunks (data.shuffle_window_mb={}): {} blocks, the samples of {} at a time mixed",
-              s.config().data.shuffle_window_mb, options.block_starts.size(), options.window_blocks);
-  } else if (train.shuffle && !s.setup.train_split->caches_blocks()) {
-    log::warn("split '{}' is larger than data.cache_mb={}: a global shuffle reads about one ~1 MiB "
-              "chunk per sample; set data.shuffle_window_mb (e.g. {}) to shuffle by chunks, or raise "
-              "data.cache_mb", s.config().data.train_split, s.config().data.cache_mb,
-              std::max<std::int64_t>(1, s.config().data.cache_mb / 4));
-  }
+  HT_CHECK(s.setup.train_split || s.setup.train_tokens, "Trainer needs a training split");
+  const EpochPlan plan = s.setup.train_split ? s.plan_samples() : s.plan_windows();
   s.accum = accumulation_steps(train, s.comm->size());
   const std::int64_t global_batch = train.batch_size * s.accum * s.comm->size();
   s.peak_lr = peak_lr(s.config().optim, global_batch);
-  const std::int64_t steps_per_epoch = (sampler.steps_from(0) + s.accum - 1) / s.accum;
-  log::info("training on {} samples: {} steps per epoch, global batch {} ({} ranks x {} "
+  const std::int64_t steps_per_epoch = (plan.steps_from(0) + s.accum - 1) / s.accum;
+  const std::string what =
+      plan.samples ? fmt::format("{} samples", plan.samples->options().dataset_size)
+                   : fmt::format("a stream of {} tokens ({} windows of {} per epoch, at random offsets)",
+                                 plan.windows->options().stream_tokens, plan.windows->windows_per_epoch(),
+                                 plan.windows->options().block_size + 1);
+  log::info("training on {}: {} steps per epoch, global batch {} ({} ranks x {} "
             "micro-batch(es) x {}){}; gradients in {} bucket(s), overlap {}, compression {}",
-            options.dataset_size, steps_per_epoch, global_batch, s.comm->size(), s.accum, train.batch_size,
-            train.drop_last ? ", last partial batch dropped" : "", s.grad_sync->bucket_count(),
+            what, steps_per_epoch, global_batch, s.comm->size(), s.accum, train.batch_size,
+            plan.samples && train.drop_last ? ", last partial batch dropped" : "", s.grad_sync->bucket_count(),
             s.config().dist.overlap ? "on" : "off", s.config().dist.grad_compression);
   const config::OptimConfig& optim = s.config().optim;
   if (optim.lr_scaling != "none") {
@@ -659,10 +774,10 @@ TrainSummary Trainer::run() {
   s.cursor_now = s.start_cursor;
   TrainSummary summary;
   for (std::int64_t epoch = s.start_epoch; epoch < train.epochs && !s.step_limit_reached(); ++epoch) {
-    s.train_epoch(epoch, sampler, epoch == s.start_epoch ? s.start_cursor : 0);
+    s.train_epoch(epoch, plan, epoch == s.start_epoch ? s.start_cursor : 0);
     if (s.stopped) break;
     summary.last_eval = s.evaluate_epoch(epoch);  // also after an epoch cut short by max_steps
-    if (sampler.steps_from(s.cursor_now) == 0) {  // the epoch is complete: a resume starts the next
+    if (plan.steps_from(s.cursor_now) == 0) {  // the epoch is complete: a resume starts the next
       s.epoch_now = epoch + 1;
       s.cursor_now = 0;
     }

@@ -12,6 +12,7 @@
 #include "hpctrain/train/global_batch.h"
 #include "hpctrain/train/lr_schedule.h"
 #include "hpctrain/train/optimizer.h"
+#include "hpctrain/train/step_loss.h"
 
 namespace hpctrain::train {
 namespace {
@@ -142,6 +143,33 @@ TEST(ShippedConfigs, EveryConfigResolvesAndPassesTheCrossOptionChecks) {
     ++checked;
   }
   EXPECT_GE(checked, 3);  // fashion_cnn, fashion_resnet, mlp
+}
+
+// A classifier's loss per sample, and a language model's per window: the mean over its tokens.
+TEST(PerSampleLoss, IsCrossEntropyPerSampleAndPerWindowMeanOverTokens) {
+  torch::manual_seed(3);
+  const at::Tensor logits = torch::randn({4, 10});
+  const at::Tensor labels = torch::tensor({1, 9, 0, 4}, torch::kLong);
+  const at::Tensor per_sample = per_sample_loss(logits, labels, 0.0);
+  ASSERT_EQ(per_sample.sizes(), (std::vector<std::int64_t>{4}));
+  const at::Tensor log_probs = torch::log_softmax(logits, 1);
+  for (std::int64_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(per_sample[i].item<double>(), -log_probs[i][labels[i].item<std::int64_t>()].item<double>(), 1e-6);
+  }
+  const at::Tensor next = torch::randn({2, 3, 5}, torch::kBFloat16);  // [B, T, V], as under autocast
+  const at::Tensor tokens = torch::tensor({{0, 4, 2}, {3, 3, 1}}, torch::kLong);
+  const at::Tensor per_window = per_sample_loss(next, tokens, 0.0);
+  ASSERT_EQ(per_window.sizes(), (std::vector<std::int64_t>{2}));
+  EXPECT_EQ(per_window.scalar_type(), at::kFloat);
+  const at::Tensor token_log_probs = torch::log_softmax(next.to(at::kFloat), 2);
+  for (std::int64_t b = 0; b < 2; ++b) {
+    double sum = 0;
+    for (std::int64_t t = 0; t < 3; ++t) sum -= token_log_probs[b][t][tokens[b][t].item<std::int64_t>()].item<double>();
+    EXPECT_NEAR(per_window[b].item<double>(), sum / 3, 1e-5);
+  }
+  // Label smoothing is passed through.
+  EXPECT_GT(per_sample_loss(logits, labels, 0.1)[0].item<double>(), 0.0);
+  EXPECT_NE(per_sample_loss(logits, labels, 0.1)[0].item<double>(), per_sample[0].item<double>());
 }
 
 }  // namespace

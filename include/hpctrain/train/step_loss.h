@@ -11,6 +11,11 @@
 
 namespace hpctrain::train {
 
+// Cross-entropy per sample, [B], in float32: of logits [B, C] against class labels [B], or, for a
+// language model, of next-token logits [B, T, V] against tokens [B, T], averaged over each
+// window's T tokens (every window has T, so the mean over windows is the mean over tokens).
+at::Tensor per_sample_loss(const at::Tensor& logits, const at::Tensor& target, double label_smoothing);
+
 // `per_sample`: unreduced losses [B]; `weights`: [B] of 0/1. Returns a scalar to call backward on.
 at::Tensor step_loss(const at::Tensor& per_sample, const at::Tensor& weights, int world_size,
                      std::int64_t global_real);

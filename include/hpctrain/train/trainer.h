@@ -9,6 +9,7 @@
 
 #include "hpctrain/config/config.h"
 #include "hpctrain/data/split.h"
+#include "hpctrain/data/token_stream.h"
 #include "hpctrain/train/evaluator.h"
 #include "hpctrain/train/run_directory.h"
 
@@ -23,13 +24,19 @@ namespace hpctrain::train {
 
 // Everything a run needs that can be checked before MPI starts, so a bad config or dataset stops
 // every rank the same way before anything is written.
+// A dataset of samples (image or array plus label) fills the splits; a token stream (`hpctrain
+// prepare text`), trained by the gpt model, fills the token streams instead.
 struct TrainingSetup {
   config::Config config;
   std::optional<data::Split> train_split;  // absent for evaluation only
   std::optional<data::Split> eval_split;
+  std::optional<data::TokenStream> train_tokens;
+  std::optional<data::TokenStream> eval_tokens;
   std::shared_ptr<model::Model> model;
   int threads = 1;        // intra-op threads of this rank
   bool use_cuda = false;  // dist.device resolved; the GPU index follows once MPI knows the node
+
+  bool language_model() const { return train_tokens.has_value() || eval_tokens.has_value(); }
 };
 
 // Sets the thread count and seed, reads the data and builds the model. Throws ConfigError/DataError.

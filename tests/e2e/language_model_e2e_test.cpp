@@ -1,0 +1,159 @@
+// A language model end to end through the real executable: `prepare text`, then the gpt model
+// trained at -np 2 on the token stream (tokens/s and perplexity in the metrics), stopped and
+// resumed bit-identically, resumed on 3 ranks from the cursor, its checkpoint evaluated at other
+// world sizes; a model and dataset that do not fit each other are refused in one line.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "process.h"
+#include "hpctrain/ckpt/checkpoint.h"
+#include "hpctrain/core/system.h"
+
+namespace hpctrain::testing {
+namespace {
+
+using json = nlohmann::json;
+
+const std::string kBin = HPCTRAIN_BIN;
+
+class LanguageModelEndToEnd : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    work_ = make_temp_dir("lm");
+    const std::string text = work_ + "/text.txt";
+    {  // About 60 KB of regular text: a small model learns it quickly.
+      std::ofstream out(text);
+      for (int i = 0; i < 1400; ++i) out << "the quick brown fox " << i % 97 << " jumps over the lazy dog\n";
+    }
+    tokens_ = work_ + "/tokens";
+    const ProcessResult r = run_command(kBin + " prepare text --source " + text + " --out " + tokens_ + " --shards 2");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  static void TearDownTestSuite() { hpctrain::sys::remove_tree(work_); }
+
+  // Windows of 32 tokens, 8 per rank and step; AdamW with warmup and a cosine; dropout on.
+  static std::string train(int ranks, const std::string& run, const std::string& extra) {
+    return mpirun(ranks) + kBin + " train --data.path=" + tokens_ + " --data.eval_split=val --model.name=gpt" +
+           " --model.gpt_layers=2 --model.gpt_heads=2 --model.gpt_embd=32 --model.gpt_block_size=32" +
+           " --model.dropout=0.1 --train.batch_size=8 --train.threads=1 --optim.name=adamw --optim.lr=0.003" +
+           " --optim.schedule=cosine --optim.warmup_steps=5 --optim.decay_steps=40 --log.every_steps=5" +
+           " --ckpt.keep_last=0 --run.dir=" + work_ + "/" + run + " " + extra;
+  }
+  static std::vector<json> metrics(const std::string& run) {
+    std::vector<json> records;
+    std::istringstream in(read_file(work_ + "/" + run + "/metrics.jsonl"));
+    for (std::string line; std::getline(in, line);) records.push_back(json::parse(line));
+    return records;
+  }
+
+  static std::string work_;
+  static std::string tokens_;
+};
+
+std::string LanguageModelEndToEnd::work_;
+std::string LanguageModelEndToEnd::tokens_;
+
+TEST_F(LanguageModelEndToEnd, TrainsWithTokensPerSecondAndPerplexityAndEvaluatesAtAnyWorldSize) {
+  const ProcessResult r = run_command(train(2, "lm", "--train.max_steps=20"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(count_lines_with(r.err, "tokens/s, "), 4) << r.err;
+  EXPECT_EQ(count_lines_with(r.err, "training on a stream of "), 1) << r.err;
+  EXPECT_EQ(count_lines_with(r.err, "done: 20 steps, test loss "), 1) << r.err;
+
+  std::vector<double> losses;
+  std::optional<json> eval;
+  for (const json& record : metrics("lm")) {
+    if (record.contains("loss")) {
+      ASSERT_TRUE(record.contains("tokens_per_s")) << record.dump();
+      EXPECT_NEAR(record["tokens_per_s"].get<double>(), 32 * record["samples_per_s"].get<double>(),
+                  1e-6 * record["tokens_per_s"].get<double>());
+      losses.push_back(record["loss"].get<double>());
+    }
+    if (record.contains("test_ppl")) eval = record;
+  }
+  ASSERT_EQ(losses.size(), 4u);
+  EXPECT_LT(losses.front(), std::log(256.0) + 0.5);  // about uniform over the bytes at the start
+  EXPECT_LT(losses.back(), losses.front() - 1.0) << "the loss did not fall";
+  ASSERT_TRUE(eval.has_value());
+  EXPECT_NEAR((*eval)["test_ppl"].get<double>(), std::exp((*eval)["test_loss"].get<double>()), 1e-9);
+  EXPECT_LT((*eval)["test_loss"].get<double>(), losses.front());
+
+  // The checkpoint reproduces that evaluation on 1 and on 3 ranks: the windows end to end,
+  // shared out differently.
+  std::ostringstream expected;
+  expected << std::fixed;
+  expected.precision(4);
+  expected << "test_loss " << (*eval)["test_loss"].get<double>() << ", test_ppl ";
+  for (const int ranks : {1, 3}) {
+    const ProcessResult e = run_command(mpirun(ranks) + kBin + " eval --checkpoint " + work_ +
+                                        "/lm/checkpoints/ckpt-20.h5 --config " + work_ + "/lm/config.ini");
+    ASSERT_EQ(e.exit_code, 0) << e.err;
+    EXPECT_NE(e.err.find(expected.str()), std::string::npos) << ranks << " rank(s): expected '" << expected.str()
+                                                             << "' in\n" << e.err;
+  }
+}
+
+TEST_F(LanguageModelEndToEnd, StoppedAndResumedEqualsUninterruptedAndContinuesOnThreeRanks) {
+  const ProcessResult whole = run_command(train(2, "whole", "--train.max_steps=24 --data.eval_split="));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  ASSERT_EQ(run_command(train(2, "split", "--train.max_steps=10 --data.eval_split=")).exit_code, 0);
+  const ProcessResult second = run_command(train(2, "split", "--train.max_steps=24 --data.eval_split="));
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  // Ten steps of 2 ranks x 8 windows: the global cursor is at window 160.
+  EXPECT_EQ(count_lines_with(second.err, "ckpt-10.h5: step 10, epoch 1, sampler cursor 160"), 1) << second.err;
+  const std::string a = work_ + "/whole/checkpoints/ckpt-24.h5";
+  const std::string b = work_ + "/split/checkpoints/ckpt-24.h5";
+  for (const char* name : {"model", "optim"}) {
+    const ckpt::NamedTensors expected = ckpt::CheckpointReader(a).read_group(name);
+    const ckpt::NamedTensors resumed = ckpt::CheckpointReader(b).read_group(name);
+    ASSERT_EQ(expected.size(), resumed.size()) << name;
+    ASSERT_FALSE(expected.empty()) << name;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_EQ(expected[i].first, resumed[i].first);
+      EXPECT_TRUE(at::equal(expected[i].second, resumed[i].second)) << name << "/" << expected[i].first;
+    }
+  }
+
+  // On 3 ranks the same checkpoint continues from window 160, 24 windows a step.
+  ASSERT_EQ(run_command(train(2, "wider", "--train.max_steps=10 --data.eval_split=")).exit_code, 0);
+  const ProcessResult wider = run_command(train(3, "wider", "--train.max_steps=24 --data.eval_split="));
+  ASSERT_EQ(wider.exit_code, 0) << wider.err;
+  EXPECT_EQ(count_lines_with(wider.err, "the checkpoint was written by 2 rank(s), this run has 3"), 1) << wider.err;
+  EXPECT_EQ(ckpt::CheckpointReader(work_ + "/wider/checkpoints/ckpt-24.h5").meta().cursor, 160 + 14 * 24);
+}
+
+TEST_F(LanguageModelEndToEnd, AModelAndDatasetThatDoNotFitAreRefusedInOneLine) {
+  const std::string samples = work_ + "/fashion";
+  ASSERT_EQ(run_command(kBin + " prepare fashion-mnist --source /usr/share/datasets/fashion-mnist --out " + samples +
+                        " --limit 200")
+                .exit_code,
+            0);
+  const auto refused = [](const std::string& command, int code, const std::string& words) {
+    const ProcessResult r = run_command(command);
+    EXPECT_EQ(r.exit_code, code) << command << "\n" << r.err;
+    EXPECT_EQ(count_lines_with(r.err, "hpctrain: error:"), 1) << r.err;
+    EXPECT_NE(r.err.find(words), std::string::npos) << "expected '" << words << "' in\n" << r.err;
+  };
+  refused(kBin + " train --data.path=" + samples + " --model.name=gpt --run.dir=" + work_ + "/r1", 2,
+          "model.name=gpt learns from a token stream");
+  refused(kBin + " train --data.path=" + tokens_ + " --data.eval_split=val --run.dir=" + work_ + "/r2", 2,
+          "is a token stream, which only model.name=gpt learns from");
+  refused(kBin + " train --data.path=" + tokens_ + " --data.eval_split=val --model.name=gpt --data.random_flip=true" +
+              " --run.dir=" + work_ + "/r3",
+          2, "data.random_crop and data.random_flip augment images");
+  refused(kBin + " train --data.path=" + tokens_ + " --data.eval_split=val --model.name=gpt" +
+              " --model.gpt_block_size=100000 --run.dir=" + work_ + "/r4",
+          3, "lower model.gpt_block_size");
+  EXPECT_FALSE(std::filesystem::exists(work_ + "/r1")) << "a refused run leaves no run directory";
+}
+
+}  // namespace
+}  // namespace hpctrain::testing
