@@ -18,7 +18,8 @@
 #   bench step (fashion_cnn on the GPU), bench data, fashion_cnn trained on the GPU with NCCL to
 #   >= 0.85 test accuracy, 100 steps on the GPU over the MPI backend with dist.sync_bn and two
 #   loader threads, resnet20 in fp32 and in bf16 (with background checkpoints), the byte-level
-#   gpt of configs/text_gpt.ini in fp32 and in bf16, the same fashion_cnn steps on the CPU for
+#   gpt of configs/text_gpt.ini in fp32 and in bf16, a TorchScript module exported by this
+#   machine's PyTorch (tests/support/export_torchscript.py), the same fashion_cnn steps on the CPU for
 #   scale, and the same training in PyTorch eager on the same GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -131,7 +132,7 @@ record "bench step fashion_cnn cuda" "$status" "$seconds" \
   "$(awk '/forward\+backward|overlap on/ {printf "%s ", $0}' "$out/bench_step.log" | tr -s ' ')"
 
 data="$out/fashion-mnist"
-rm -rf "$data" "$out"/run-*  # a run directory left from an earlier call would be resumed
+rm -rf "$data" "$out/text" "$out"/run-*  # a run directory left from an earlier call would be resumed
 run_step prepare 60 "$bin" prepare fashion-mnist --source "$fmnist" --out "$data"
 record "prepare fashion-mnist" "$status" "$seconds" ""
 
@@ -198,6 +199,7 @@ record "train resnet20 gpu bf16" "$status" "$seconds" \
 # in fp32 and with bf16 autocast: tokens/s after the first progress record, and the perplexity
 # on the held-out 10 % of the text after 300 steps.
 run_step prepare_text 60 "$bin" prepare text --source "$text" --out "$out/text"
+record "prepare text" "$status" "$seconds" "$(grep -o 'train: [0-9]* samples' "$out/prepare_text.log" | sed 's/samples/tokens/')"
 last_ppl() { python3 -c 'import json,sys
 r=[json.loads(l)["test_ppl"] for l in open(sys.argv[1]) if "test_ppl" in l]
 print(round(r[-1], 2) if r else "none")' "$1"; }
@@ -209,6 +211,16 @@ for precision in fp32 bf16; do
   record "train gpt gpu $precision" "$status" "$seconds" \
     "$(steady_rate "$out/run-gpt-$precision/metrics.jsonl" tokens_per_s) tokens/s, test_ppl $(last_ppl "$out/run-gpt-$precision/metrics.jsonl")"
 done
+
+# A module scripted by this machine's PyTorch (model.name=torchscript): its parameters moved to the
+# GPU through hpctrain's mirror of them, trained, and its test accuracy after 300 steps.
+run_step export_torchscript 60 python3 tests/support/export_torchscript.py "$out/scripted.pt"
+run_step train_torchscript 60 "${launch[@]}" "$bin" train --config configs/fashion_cnn.ini --data.path="$data" \
+  --run.dir="$out/run-torchscript" --model.name=torchscript --model.path="$out/scripted.pt" --dist.device=cuda \
+  --dist.backend=nccl --train.max_steps=300 --log.every_steps=100
+[ -f "$out/scripted.pt" ] || status=FAIL
+record "train torchscript gpu" "$status" "$seconds" \
+  "300 steps, $(rate "$out/run-torchscript/metrics.jsonl") samples/s, $(grep -o 'test_acc [0-9.]*' "$out/train_torchscript.log" | tail -n 1)"
 
 run_step train_cpu 60 "${launch[@]}" "$bin" train --config configs/fashion_cnn.ini --data.path="$data" \
   --run.dir="$out/run-cpu" --dist.device=cpu --train.max_steps=300 --log.every_steps=100

@@ -22,6 +22,7 @@
 #include "hpctrain/core/timer.h"
 #include "hpctrain/core/version.h"
 #include "hpctrain/data/split.h"
+#include "hpctrain/data/token_stream.h"
 #include "hpctrain/io/h5_file.h"
 #include "hpctrain/train/device.h"
 #include "hpctrain/train/preflight.h"
@@ -196,6 +197,14 @@ void check_data(const comm::Bootstrap& bootstrap, const config::Config& config, 
   for (const std::string& split : {config.data.train_split, config.data.eval_split}) {
     if (split.empty()) continue;
     try {
+      if (data::is_token_stream(data::Manifest::load(config.data.path))) {
+        const std::int64_t block = config.model.gpt_block_size;
+        const data::TokenStream loaded = data::TokenStream::load(config.data.path, split, block, /*cache_bytes=*/0);
+        if (loaded.size() < block + 1) throw DataError(split + " is shorter than one window of model.gpt_block_size + 1");
+        (void)loaded.gather({0, loaded.size() - block - 1});
+        summary += (summary.empty() ? "" : ", ") + split + " (" + std::to_string(loaded.size()) + " tokens)";
+        continue;
+      }
       const data::Split loaded = data::Split::load(config.data.path, split, /*cache_bytes=*/0);
       (void)loaded.gather({0, loaded.size() - 1});
       summary += (summary.empty() ? "" : ", ") + split + " (" + std::to_string(loaded.size()) + " samples)";

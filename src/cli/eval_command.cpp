@@ -24,7 +24,8 @@ int run_eval(const Args& args) {
     std::cout << "usage: [mpirun -np N] hpctrain eval --checkpoint FILE --config FILE "
                  "[--section.key=value ...]\n\n"
                  "Loads FILE into the model the config describes and reports test loss and accuracy\n"
-                 "on data.eval_split. Options:\n"
+                 "on data.eval_split (a language model: loss, perplexity and next-token accuracy).\n"
+                 "Options:\n"
               << config::options_help();
     return 0;
   }

@@ -218,7 +218,12 @@ std::vector<Option> build_table() {
           "drawn like data.random_crop."),
 
       row("model.name", &C::model, &ModelConfig::name, "fashion_cnn",
-          "Model to train, from the built-in registry.", one_of({"fashion_cnn", "mlp", "resnet", "gpt"})),
+          "Model to train: a built-in one, or torchscript (a module saved from Python, model.path).",
+          one_of({"fashion_cnn", "mlp", "resnet", "gpt", "torchscript"})),
+      row("model.path", &C::model, &ModelConfig::path, "",
+          "TorchScript file (torch.jit.save of a scripted or traced module) that model.name=torchscript "
+          "trains; its forward maps a batch [B, ...sample shape] of normalized float inputs to logits "
+          "[B, classes]."),
       row("model.mlp_hidden", &C::model, &ModelConfig::mlp_hidden, "512,256",
           "Hidden layer widths of the mlp model.", int_list()),
       row("model.dropout", &C::model, &ModelConfig::dropout, "0.25",
@@ -379,7 +384,8 @@ std::vector<Option> build_table() {
           "0 keeps all.",
           at_least<I>(0)),
       row("ckpt.keep_best", &C::ckpt, &CkptConfig::keep_best, "false",
-          "After an evaluation with a new best test accuracy, write a checkpoint, name it in "
+          "After an evaluation with a new best test accuracy (a language model: lowest test loss), "
+          "write a checkpoint, name it in "
           "checkpoints/best, and spare it from ckpt.keep_last's pruning."),
       row("ckpt.async", &C::ckpt, &CkptConfig::async, "false",
           "Copy the checkpoint to host memory at the step boundary and write it on a background "

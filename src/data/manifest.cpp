@@ -55,6 +55,7 @@ Manifest Manifest::load(const std::string& dataset_dir) {
     throw DataError(path + ": malformed manifest: " + e.what());
   }
   if (!(m.input_std > 0)) throw DataError(path + ": input_std must be > 0");
+  if (m.fields.empty()) throw DataError(path + ": 'fields' is empty; a dataset has at least one field");
   return m;
 }
 

@@ -145,8 +145,8 @@ Split Split::load(const std::string& dataset_dir, const std::string& split_name,
   const SplitSpec& spec = m.split(split_name);
   if (spec.samples() == 0) throw DataError(dataset_dir + ": split '" + split_name + "' is empty");
   if (m.fields.size() < 2) {
-    throw DataError(dataset_dir + ": '" + m.name + "' has no input and 'label' fields (a token stream?); "
-                    "it reads sample datasets; a token stream is trained with model.name=gpt");
+    throw DataError(dataset_dir + ": '" + m.name + "' is not a dataset of samples (an input and a 'label' "
+                    "field); a token stream is read in windows, by model.name=gpt");
   }
   state->input_field = m.fields.front();
   const FieldSpec& label_field = m.field("label");

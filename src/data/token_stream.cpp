@@ -29,6 +29,19 @@ struct TokenStream::State {
   std::int64_t block_size = 1;
   std::vector<std::int32_t> memory;  // the whole stream, when it fits the budget
 
+  // A token outside the vocabulary (manifest num_classes) would index past the model's embedding,
+  // on one rank only; it is an error in the data, named here.
+  void check_tokens(const std::int32_t* tokens, std::int64_t count, std::int64_t first) const {
+    if (manifest.num_classes <= 0) return;
+    for (std::int64_t i = 0; i < count; ++i) {
+      if (tokens[i] < 0 || tokens[i] >= manifest.num_classes) {
+        throw DataError("token stream '" + manifest.name + "' holds token " + std::to_string(tokens[i]) + " at " +
+                        std::to_string(first + i) + ", outside its vocabulary [0, " +
+                        std::to_string(manifest.num_classes) + ") (manifest num_classes)");
+      }
+    }
+  }
+
   // Tokens [first, first + count) of the stream into `out`, shard by shard.
   void read(std::int64_t first, std::int64_t count, std::int32_t* out) const {
     auto shard = std::upper_bound(shards.begin(), shards.end(), first,
@@ -74,6 +87,7 @@ TokenStream TokenStream::load(const std::string& dataset_dir, const std::string&
   if (in_memory) {
     state->memory.resize(static_cast<size_t>(state->tokens));
     state->read(0, state->tokens, state->memory.data());
+    state->check_tokens(state->memory.data(), state->tokens, 0);
   }
   TokenStream out;
   out.state_ = std::move(state);
@@ -105,6 +119,7 @@ Batch TokenStream::gather(const std::vector<std::int64_t>& offsets, bool pinned)
     const std::int32_t* from = s.memory.data() + offset;
     if (s.memory.empty()) {
       s.read(offset, window, tokens.data());
+      s.check_tokens(tokens.data(), window, offset);
       from = tokens.data();
     }
     to_input = std::copy(from, from + s.block_size, to_input);

@@ -254,7 +254,7 @@ namespace {
 // Rows per chunk of a dataset whose chunks can be read raw (Note [Raw chunk reads]), else 0: chunked
 // along the first dimension only, fletcher32 its one filter, stored in the native type.
 std::int64_t raw_readable_chunk_rows(hid_t set, const DatasetInfo& info) {
-#if H5_VERSION_GE(1, 10, 3) && !H5_VERSION_GE(2, 0, 0)
+#if H5_VERSION_GE(1, 10, 3) && !H5_VERSION_GE(2, 0, 0) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
   Handle dcpl(H5Dget_create_plist(set));
   if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED || H5Pget_nfilters(dcpl.get()) != 1) return 0;
   unsigned flags = 0;
@@ -272,7 +272,8 @@ std::int64_t raw_readable_chunk_rows(hid_t set, const DatasetInfo& info) {
     if (static_cast<std::int64_t>(chunk[static_cast<size_t>(d)]) != info.shape[static_cast<size_t>(d)]) return 0;
   }
   return static_cast<std::int64_t>(chunk[0]);
-#else  // H5Dread_chunk is new in 1.10.3 and changed its signature in 2.0; such builds use H5Dread
+#else  // H5Dread_chunk is new in 1.10.3 and changed its signature in 2.0, and io::fletcher32 reads
+       // little-endian words: such builds use H5Dread
   (void)set;
   (void)info;
   return 0;
@@ -308,9 +309,9 @@ H5Dataset::H5Dataset(H5Dataset&& other) noexcept
       info_(std::move(other.info_)),
       chunk_rows_(other.chunk_rows_),
       chunk_bytes_(other.chunk_bytes_),
-      chunk_buffer_(std::move(other.chunk_buffer_)),
-      raw_chunk_reads_(other.raw_chunk_reads_) {
+      raw_chunk_reads_(other.raw_chunk_reads_.load()) {
   other.id_ = -1;
+  other.chunk_rows_ = 0;
 }
 
 H5Dataset& H5Dataset::operator=(H5Dataset&& other) noexcept {
@@ -323,9 +324,9 @@ H5Dataset& H5Dataset::operator=(H5Dataset&& other) noexcept {
     info_ = std::move(other.info_);
     chunk_rows_ = other.chunk_rows_;
     chunk_bytes_ = other.chunk_bytes_;
-    chunk_buffer_ = std::move(other.chunk_buffer_);
-    raw_chunk_reads_ = other.raw_chunk_reads_;
+    raw_chunk_reads_ = other.raw_chunk_reads_.load();
     other.id_ = -1;
+    other.chunk_rows_ = 0;
   }
   return *this;
 }
@@ -336,8 +337,8 @@ H5Dataset::~H5Dataset() {
 }
 
 void H5Dataset::read_rows(DType dtype, std::int64_t first, std::int64_t count, void* out) const {
-  const LibraryLock lock;
   if (dtype == info_.dtype && read_chunk_raw(first, count, out)) return;
+  const LibraryLock lock;
   read_rows_of(id_, where_, code_, dtype, first, count, out);
 }
 
@@ -345,41 +346,46 @@ void H5Dataset::read_rows(DType dtype, std::int64_t first, std::int64_t count, v
 // fletcher32 a word at a time and copies the rows out: about 2 GB/s on a core that reads the page
 // cache at 10 GB/s (docs/benchmarks.md), so the loader's reads from the files fell far short of a
 // raw read. A read of exactly one chunk whose only filter is the checksum is instead read as the
-// stored bytes (H5Dread_chunk), checked with io::fletcher32 (the same value, several times
-// faster) and copied out. Compression, a type conversion, rows across chunks, or a chunk HDF5
-// stored unfiltered all take H5Dread, as does any build without H5Dread_chunk.
+// stored bytes (H5Dread_chunk) into a buffer of the calling thread, then, outside io's lock (so
+// loader threads check chunks in parallel), checked with io::fletcher32 (the same value, several
+// times faster) and copied out. Compression, a type conversion, rows across chunks, or a chunk
+// HDF5 stored unfiltered all take H5Dread, as does any build without H5Dread_chunk.
 bool H5Dataset::read_chunk_raw(std::int64_t first, std::int64_t count, void* out) const {
 #if H5_VERSION_GE(1, 10, 3) && !H5_VERSION_GE(2, 0, 0)
   if (chunk_rows_ == 0 || count <= 0 || first % chunk_rows_ != 0 ||
       count != std::min(chunk_rows_, info_.shape[0] - first)) {
     return false;
   }
-  std::vector<hsize_t> offset(info_.shape.size(), 0);
-  offset[0] = static_cast<hsize_t>(first);
-  hsize_t stored_bytes = 0;
   constexpr std::int64_t kChecksumBytes = 4;
-  if (H5Dget_chunk_storage_size(id_, offset.data(), &stored_bytes) < 0 ||
-      static_cast<std::int64_t>(stored_bytes) != chunk_bytes_ + kChecksumBytes) {
-    H5Eclear2(H5E_DEFAULT);
-    return false;  // not allocated, or not as expected: H5Dread decides
+  thread_local std::vector<unsigned char> chunk;  // one chunk per reading thread, reused
+  {
+    const LibraryLock lock;
+    std::vector<hsize_t> offset(info_.shape.size(), 0);
+    offset[0] = static_cast<hsize_t>(first);
+    hsize_t stored_bytes = 0;
+    if (H5Dget_chunk_storage_size(id_, offset.data(), &stored_bytes) < 0 ||
+        static_cast<std::int64_t>(stored_bytes) != chunk_bytes_ + kChecksumBytes) {
+      H5Eclear2(H5E_DEFAULT);
+      return false;  // not allocated, or not as expected: H5Dread decides
+    }
+    chunk.resize(static_cast<size_t>(stored_bytes));
+    std::uint32_t skipped_filters = 0;
+    if (H5Dread_chunk(id_, H5P_DEFAULT, offset.data(), &skipped_filters, chunk.data()) < 0) {
+      throw Error(where_ + ": cannot read rows " + std::to_string(first) + "-" + std::to_string(first + count - 1) +
+                      " (corrupted or truncated?): " + hdf5_message(),
+                  code_);
+    }
+    if (skipped_filters != 0) return false;
   }
-  chunk_buffer_.resize(static_cast<size_t>(stored_bytes));
-  std::uint32_t skipped_filters = 0;
-  if (H5Dread_chunk(id_, H5P_DEFAULT, offset.data(), &skipped_filters, chunk_buffer_.data()) < 0) {
-    throw Error(where_ + ": cannot read rows " + std::to_string(first) + "-" + std::to_string(first + count - 1) +
-                    " (corrupted or truncated?): " + hdf5_message(),
-                code_);
-  }
-  if (skipped_filters != 0) return false;
-  const unsigned char* sum = chunk_buffer_.data() + chunk_bytes_;
+  const unsigned char* sum = chunk.data() + chunk_bytes_;
   const std::uint32_t stored_sum = static_cast<std::uint32_t>(sum[0]) | static_cast<std::uint32_t>(sum[1]) << 8 |
                                    static_cast<std::uint32_t>(sum[2]) << 16 | static_cast<std::uint32_t>(sum[3]) << 24;
-  if (!fletcher32_matches(stored_sum, fletcher32(chunk_buffer_.data(), static_cast<size_t>(chunk_bytes_)))) {
+  if (!fletcher32_matches(stored_sum, fletcher32(chunk.data(), static_cast<size_t>(chunk_bytes_)))) {
     throw Error(where_ + ": rows " + std::to_string(first) + "-" + std::to_string(first + count - 1) +
                     " fail their fletcher32 checksum: the file is corrupted; restore or re-create it",
                 code_);
   }
-  std::memcpy(out, chunk_buffer_.data(), static_cast<size_t>(count * (chunk_bytes_ / chunk_rows_)));
+  std::memcpy(out, chunk.data(), static_cast<size_t>(count * (chunk_bytes_ / chunk_rows_)));
   ++raw_chunk_reads_;
   return true;
 #else

@@ -1,4 +1,4 @@
-// Factories of the built-in models, one .cpp each; registry.cpp lists them. Private to src/model.
+// Factories of the models, one .cpp each; registry.cpp lists them. Private to src/model.
 #pragma once
 
 #include <memory>
@@ -11,5 +11,6 @@ std::shared_ptr<Model> make_fashion_cnn(const config::ModelConfig& config, const
 std::shared_ptr<Model> make_mlp(const config::ModelConfig& config, const ModelSpec& spec);
 std::shared_ptr<Model> make_resnet(const config::ModelConfig& config, const ModelSpec& spec);
 std::shared_ptr<Model> make_gpt(const config::ModelConfig& config, const ModelSpec& spec);
+std::shared_ptr<Model> make_torchscript(const config::ModelConfig& config, const ModelSpec& spec);
 
 }  // namespace hpctrain::model

@@ -19,6 +19,7 @@ const std::vector<Entry>& registry() {
       {"mlp", make_mlp},
       {"resnet", make_resnet},
       {"gpt", make_gpt},
+      {"torchscript", make_torchscript},
   };
   return entries;
 }

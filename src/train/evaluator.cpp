@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "hpctrain/comm/communicator.h"
+#include "hpctrain/core/error.h"
 #include "hpctrain/data/split.h"
 #include "hpctrain/data/token_stream.h"
 #include "hpctrain/ddp/grad_sync.h"
@@ -43,6 +44,7 @@ EvalResult evaluate(model::Model& model, const data::TokenStream& stream, comm::
   torch::NoGradGuard no_grad;
   const std::int64_t block = stream.block_size();
   const std::int64_t windows = (stream.size() - 1) / block;
+  HT_CHECK(windows > 0, "the evaluation stream is shorter than one window");
   const std::int64_t first = windows * comm.rank() / comm.size();
   const std::int64_t last = windows * (comm.rank() + 1) / comm.size();
   at::Tensor loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));

@@ -220,8 +220,9 @@ struct Trainer::State {
   std::int64_t start_cursor = 0;
   std::int64_t epoch_now = 0;  // the position after the last step: what a checkpoint records
   std::int64_t cursor_now = 0;
-  std::optional<double> best_test_acc;
-  bool improved = false;  // the last evaluation beat best_test_acc
+  std::optional<double> best_test_acc;   // a classifier's best evaluation
+  std::optional<double> best_test_loss;  // a language model's (lower is better)
+  bool improved = false;  // the last evaluation beat the best one
   std::string last_checkpoint;  // and the position it holds
   std::int64_t written_step = -1;
   std::int64_t written_epoch = -1;
@@ -432,6 +433,14 @@ EpochPlan Trainer::State::plan_samples() const {
 }
 
 EpochPlan Trainer::State::plan_windows() const {
+  if (!config().train.shuffle) {
+    log::warn("train.shuffle=false does not apply to a token stream: its windows start at random offsets "
+              "drawn from train.seed");
+  }
+  if (config().data.io == "mpio") {
+    log::warn("data.io=mpio reads sample splits; token stream '{}' is read by every rank itself",
+              config().data.train_split);
+  }
   data::TokenWindowOptions options;
   options.stream_tokens = setup.train_tokens->size();
   options.block_size = setup.train_tokens->block_size();
@@ -611,8 +620,13 @@ std::optional<EvalResult> Trainer::State::evaluate_epoch(std::int64_t epoch) {
               config().data.eval_split, result.samples, result.loss, result.accuracy);
   }
   metrics.write(record);
-  improved = !best_test_acc || result.accuracy > *best_test_acc;
-  if (improved) best_test_acc = result.accuracy;
+  if (result.language_model()) {
+    improved = !best_test_loss || result.loss < *best_test_loss;
+    if (improved) best_test_loss = result.loss;
+  } else {
+    improved = !best_test_acc || result.accuracy > *best_test_acc;
+    if (improved) best_test_acc = result.accuracy;
+  }
   return result;
 }
 
@@ -648,6 +662,9 @@ std::string Trainer::State::save_checkpoint(bool best) {
     checkpoint.groups["sched"] = {{"step", torch::full({}, step, torch::kLong)}};
     checkpoint.groups["rng"] = std::move(generators);
     if (best_test_acc) checkpoint.groups["metrics"] = {{"best_test_acc", torch::full({}, *best_test_acc, torch::kDouble)}};
+    if (best_test_loss) {
+      checkpoint.groups["metrics"] = {{"best_test_loss", torch::full({}, *best_test_loss, torch::kDouble)}};
+    }
     const std::string dir = run_dir.checkpoints_dir();
     const std::int64_t keep_last = config().ckpt.keep_last;
     if (config().ckpt.async) {
@@ -706,6 +723,7 @@ void Trainer::State::resume() {
   start_cursor = meta.cursor;
   for (const auto& [name, value] : reader.read_group("metrics")) {
     if (name == "best_test_acc") best_test_acc = value.item<double>();
+    if (name == "best_test_loss") best_test_loss = value.item<double>();
   }
   const std::string mine = "rank-" + std::to_string(bootstrap.world_rank()) + "/";
   ckpt::NamedTensors generators;

@@ -178,5 +178,35 @@ TEST_F(TokenStreamTest, ASampleDatasetIsNotATokenStream) {
   }
 }
 
+// A token outside the vocabulary would index past the model's embedding on one rank only: it is
+// a DataError at load (a stream held in memory) or when its window is read (one that is not).
+TEST_F(TokenStreamTest, ATokenOutsideTheVocabularyIsADataError) {
+  const std::string dir = (root_ / "vocabulary").string();
+  fs::create_directories(dir);
+  std::vector<std::uint16_t> tokens(64, 3);
+  tokens[40] = 9;
+  Manifest m;
+  m.name = "small-vocabulary";
+  m.num_classes = 5;
+  m.fields = {{"tokens", io::DType::kUInt16, {}}};
+  m.splits["train"] = write_split(dir, "train", m.fields, {tokens.data()}, 64, ShardingOptions{});
+  m.save(dir);
+  const std::string expected = "holds token 9 at 40, outside its vocabulary [0, 5)";
+  try {
+    TokenStream::load(dir, "train", 8);
+    FAIL() << "a stream in memory is checked when loaded";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+  const TokenStream per_window = TokenStream::load(dir, "train", 8, /*cache_bytes=*/0);
+  EXPECT_NO_THROW(per_window.gather({0, 20}));
+  try {
+    per_window.gather({36});
+    FAIL() << "a window is checked when read";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace hpctrain::data

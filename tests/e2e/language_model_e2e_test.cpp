@@ -155,5 +155,14 @@ TEST_F(LanguageModelEndToEnd, AModelAndDatasetThatDoNotFitAreRefusedInOneLine) {
   EXPECT_FALSE(std::filesystem::exists(work_ + "/r1")) << "a refused run leaves no run directory";
 }
 
+TEST_F(LanguageModelEndToEnd, DoctorReadsATokenStream) {
+  const ProcessResult r = run_command(mpirun(2) + kBin + " doctor --data.path=" + tokens_ +
+                                      " --data.eval_split=val --model.name=gpt --model.gpt_block_size=32 --run.dir=" +
+                                      work_ + "/doctor-run --size-mb 1");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find(" tokens), val ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("doctor: 6 checks passed"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace hpctrain::testing

@@ -35,6 +35,7 @@ struct ModelConfig {
   std::int64_t gpt_heads = 4;
   std::int64_t gpt_embd = 128;
   std::int64_t gpt_block_size = 128;  // tokens per window (context length)
+  std::string path;                   // the TorchScript file of model.name=torchscript
 };
 
 struct OptimConfig {

@@ -6,6 +6,7 @@
 // innermost message. Depends on core only.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,7 +51,7 @@ class H5Dataset {
   // (Note [Raw chunk reads]).
   void read_rows(DType dtype, std::int64_t first, std::int64_t count, void* out) const;
   // How many of the reads so far took the raw chunk path.
-  std::int64_t raw_chunk_reads() const { return raw_chunk_reads_; }
+  std::int64_t raw_chunk_reads() const { return raw_chunk_reads_.load(); }
 
  private:
   friend class H5File;
@@ -63,8 +64,7 @@ class H5Dataset {
   DatasetInfo info_;
   std::int64_t chunk_rows_ = 0;   // rows per chunk when chunks can be read raw, else 0
   std::int64_t chunk_bytes_ = 0;  // one chunk's data, without its checksum
-  mutable std::vector<unsigned char> chunk_buffer_;  // guarded by io's library lock
-  mutable std::int64_t raw_chunk_reads_ = 0;
+  mutable std::atomic<std::int64_t> raw_chunk_reads_{0};
 };
 
 class H5File {

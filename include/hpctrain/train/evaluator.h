@@ -1,6 +1,7 @@
 // Distributed evaluation: each rank scores a disjoint contiguous part of the split (no padding, so
 // every sample counts once) and one allreduce of (loss sum, correct, count) gives the global result.
-// A token stream is scored as windows laid end to end, every token predicted once.
+// A token stream is scored as windows laid end to end, each of their tokens predicted once (the
+// stream's first token and a tail shorter than a window are not).
 // Depends on comm, data, model.
 #pragma once
 

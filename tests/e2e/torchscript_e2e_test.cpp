@@ -1,0 +1,121 @@
+// model.name=torchscript through the real executable: a CNN scripted and saved by Debian's
+// PyTorch (tests/support/export_torchscript.py) trains at -np 2, stops and resumes bit-identically
+// (BatchNorm buffers and dropout included), evaluates, and exports a state_dict that loads into the
+// Python module by its own names; modules that do not fit are refused in one line.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "process.h"
+#include "hpctrain/ckpt/checkpoint.h"
+#include "hpctrain/core/system.h"
+
+namespace hpctrain::testing {
+namespace {
+
+using json = nlohmann::json;
+
+const std::string kBin = HPCTRAIN_BIN;
+const std::string kSource = HPCTRAIN_SOURCE_DIR;
+const std::string kExporter = "/usr/bin/python3 " + kSource + "/tests/support/export_torchscript.py";
+
+class TorchScriptEndToEnd : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    work_ = make_temp_dir("torchscript");
+    data_ = work_ + "/fashion";
+    const ProcessResult prepared = run_command(kBin + " prepare fashion-mnist --source /usr/share/datasets/fashion-mnist" +
+                                               " --out " + data_ + " --limit 1200 --shards 2");
+    ASSERT_EQ(prepared.exit_code, 0) << prepared.err;
+    for (const auto& [file, classes] : {std::pair<std::string, int>{"model.pt", 10}, {"seven.pt", 7}}) {
+      const ProcessResult exported =
+          run_command(kExporter + " " + work_ + "/" + file + " --classes " + std::to_string(classes));
+      ASSERT_EQ(exported.exit_code, 0) << exported.out << exported.err;
+    }
+  }
+  static void TearDownTestSuite() { hpctrain::sys::remove_tree(work_); }
+
+  static std::string train(int ranks, const std::string& run, const std::string& extra) {
+    return mpirun(ranks) + kBin + " train --data.path=" + data_ + " --model.name=torchscript --model.path=" + work_ +
+           "/model.pt --run.dir=" + work_ + "/" + run + " --train.threads=1 --data.eval_split= --train.batch_size=32" +
+           " --optim.name=adamw --optim.lr=0.003 --log.every_steps=3 --ckpt.keep_last=0 " + extra;
+  }
+
+  static std::string work_;
+  static std::string data_;
+};
+
+std::string TorchScriptEndToEnd::work_;
+std::string TorchScriptEndToEnd::data_;
+
+TEST_F(TorchScriptEndToEnd, TrainsResumesBitIdenticallyAndExportsTheModulesOwnNames) {
+  const ProcessResult whole = run_command(train(2, "whole", "--train.max_steps=12"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.out << whole.err;
+  EXPECT_EQ(count_lines_with(whole.err, "model torchscript: "), 1) << whole.err;
+  std::vector<double> losses;
+  std::istringstream records(read_file(work_ + "/whole/metrics.jsonl"));
+  for (std::string line; std::getline(records, line);) {
+    const json record = json::parse(line);
+    if (record.contains("loss")) losses.push_back(record["loss"].get<double>());
+  }
+  ASSERT_EQ(losses.size(), 4u);
+  EXPECT_LT(losses.back(), losses.front()) << "the loss did not fall";
+
+  ASSERT_EQ(run_command(train(2, "split", "--train.max_steps=6")).exit_code, 0);
+  const ProcessResult resumed = run_command(train(2, "split", "--train.max_steps=12"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(count_lines_with(resumed.err, "resumed from "), 1) << resumed.err;
+  const std::string a = work_ + "/whole/checkpoints/ckpt-12.h5";
+  const std::string b = work_ + "/split/checkpoints/ckpt-12.h5";
+  for (const char* group : {"model", "optim"}) {
+    const ckpt::NamedTensors expected = ckpt::CheckpointReader(a).read_group(group);
+    const ckpt::NamedTensors got = ckpt::CheckpointReader(b).read_group(group);
+    ASSERT_EQ(expected.size(), got.size()) << group;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_EQ(expected[i].first, got[i].first);
+      EXPECT_TRUE(at::equal(expected[i].second, got[i].second)) << group << "/" << expected[i].first;
+    }
+  }
+  // The BatchNorm statistics are among the model's tensors, under the Python module's names.
+  bool running_mean = false;
+  for (const auto& [name, tensor] : ckpt::CheckpointReader(a).read_group("model")) {
+    running_mean = running_mean || name == "features.1.running_mean";
+  }
+  EXPECT_TRUE(running_mean);
+
+  const ProcessResult evaluated = run_command(kBin + " eval --checkpoint " + a + " --config " + work_ +
+                                              "/whole/config.ini --data.eval_split=test");
+  ASSERT_EQ(evaluated.exit_code, 0) << evaluated.err;
+  EXPECT_EQ(count_lines_with(evaluated.err, "test: 1200 samples, test_loss "), 1) << evaluated.err;
+
+  const std::string state_dict = work_ + "/state_dict.pt";
+  ASSERT_EQ(run_command(kBin + " ckpt export " + a + " --to state_dict --out " + state_dict).exit_code, 0);
+  const ProcessResult loaded = run_command(kExporter + " --check-state-dict " + state_dict);
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.out << loaded.err;
+  EXPECT_NE(loaded.out.find("loaded 16 tensors"), std::string::npos) << loaded.out;
+}
+
+TEST_F(TorchScriptEndToEnd, ModulesThatDoNotFitAreRefusedInOneLine) {
+  const std::string text = work_ + "/not-a-module.pt";
+  std::ofstream(text) << "not TorchScript";
+  const std::string base = kBin + " train --data.path=" + data_ + " --model.name=torchscript --run.dir=" + work_ + "/r";
+  for (const auto& [extra, words] : std::vector<std::pair<std::string, std::string>>{
+           {"", "model.name=torchscript needs model.path=FILE.pt"},
+           {" --model.path=" + work_ + "/missing.pt", "missing.pt: no such file"},
+           {" --model.path=" + text, "is not a TorchScript file this libtorch can load"},
+           {" --model.path=" + work_ + "/seven.pt", "forward returns [2,7]; it must return logits [2, 10]"}}) {
+    const ProcessResult r = run_command(base + extra);
+    EXPECT_EQ(r.exit_code, 2) << extra << "\n" << r.err;
+    EXPECT_EQ(count_lines_with(r.err, "hpctrain: error:"), 1) << r.err;
+    EXPECT_NE(r.err.find(words), std::string::npos) << "expected '" << words << "' in\n" << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(work_ + "/r")) << "a refused run leaves no run directory";
+}
+
+}  // namespace
+}  // namespace hpctrain::testing
