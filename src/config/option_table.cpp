@@ -221,9 +221,10 @@ std::vector<Option> build_table() {
           "Model to train: a built-in one, or torchscript (a module saved from Python, model.path).",
           one_of({"fashion_cnn", "mlp", "resnet", "gpt", "torchscript"})),
       row("model.path", &C::model, &ModelConfig::path, "",
-          "TorchScript file (torch.jit.save of a scripted or traced module) that model.name=torchscript "
+          "TorchScript file (torch.jit.save of torch.jit.script(module)) that model.name=torchscript "
           "trains; its forward maps a batch [B, ...sample shape] of normalized float inputs to logits "
-          "[B, classes]."),
+          "[B, classes]. A traced module trains too, but keeps the train or eval behaviour it was "
+          "traced in (dropout, BatchNorm)."),
       row("model.mlp_hidden", &C::model, &ModelConfig::mlp_hidden, "512,256",
           "Hidden layer widths of the mlp model.", int_list()),
       row("model.dropout", &C::model, &ModelConfig::dropout, "0.25",

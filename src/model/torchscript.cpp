@@ -1,14 +1,17 @@
-// model.name=torchscript: a module scripted (or traced) in Python and saved with torch.jit.save,
-// trained as it is. Note [Scripted parameters]: its parameters and buffers are registered, under
-// the same dotted names, on a tree of torch::nn::Modules that mirrors the scripted module's
-// submodules; they are the same tensors, so the optimizer, GradSync, checkpoints and `ckpt export`
-// see them as they see a built-in model's (names as in the Python module's state_dict), and moving
-// the tree to a device (nn::Module::to sets each tensor's data in place) moves the scripted
-// module's too. train()/eval() reach the scripted module, whose forward runs every batch.
+// model.name=torchscript: a module scripted in Python and saved with torch.jit.save, trained as it
+// is. Note [Scripted parameters]: its parameters and buffers are registered, under the same dotted
+// names, on a tree of torch::nn::Modules that mirrors the scripted module's submodules; they are
+// the same tensors, so the optimizer, GradSync, checkpoints and `ckpt export` see them as they see
+// a built-in model's (names as in the Python module's state_dict), and moving the tree to a device
+// (nn::Module::to sets each tensor's data in place) moves the scripted module's too. train()/eval()
+// reach the scripted module (a traced one has its train or eval behaviour baked in). What the rest
+// of hpctrain cannot train is refused when the module is loaded: tied parameters (one tensor under
+// two names), parameters other than float32, buffers of a dtype checkpoints cannot store.
 #include <torch/script.h>
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include "builtin_models.h"
@@ -17,14 +20,44 @@
 namespace hpctrain::model {
 namespace {
 
+// The line of a TorchScript error that says what went wrong: the interpreter's message starts with
+// a header and a traceback and ends with "RuntimeError: ..."; c10's first line is its message.
+std::string reason(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string text = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  const size_t error_line = text.rfind("Error: ");
+  if (error_line != std::string::npos && text.find("TorchScript interpreter") != std::string::npos) {
+    const size_t start = text.rfind('\n', error_line);
+    text = text.substr(start == std::string::npos ? 0 : start + 1);
+  }
+  return text.substr(0, text.find('\n'));
+}
+
 class ScriptedModule : public torch::nn::Module {
  public:
-  explicit ScriptedModule(torch::jit::Module scripted) : scripted_(std::move(scripted)) {
+  ScriptedModule(torch::jit::Module scripted, const std::string& path) : scripted_(std::move(scripted)) {
+    std::map<const void*, std::string> first_name;  // tensor -> the name it was registered under
     for (const auto& p : scripted_.named_parameters(/*recurse=*/true)) {
+      const auto [it, fresh] = first_name.emplace(p.value.unsafeGetTensorImpl(), p.name);
+      if (!fresh) {
+        throw ConfigError("model.path=" + path + ": parameter '" + p.name + "' is the same tensor as '" + it->second +
+                          "' (tied weights); hpctrain cannot train a TorchScript module with shared "
+                          "parameters yet");
+      }
+      if (p.value.scalar_type() != at::kFloat) {
+        throw ConfigError("model.path=" + path + ": parameter '" + p.name + "' is " + c10::toString(p.value.scalar_type()) +
+                          "; save the module in float32 (train.precision=bf16 casts during training)");
+      }
       auto [owner, leaf] = owner_of(p.name);
       owner->register_parameter(leaf, p.value, p.value.requires_grad());
     }
     for (const auto& b : scripted_.named_buffers(/*recurse=*/true)) {
+      const at::ScalarType type = b.value.scalar_type();
+      if (type != at::kFloat && type != at::kDouble && type != at::kLong && type != at::kInt && type != at::kByte) {
+        throw ConfigError("model.path=" + path + ": buffer '" + b.name + "' is " + c10::toString(type) +
+                          ", which checkpoints cannot store (float32/64, int64/32, uint8 can)");
+      }
       auto [owner, leaf] = owner_of(b.name);
       owner->register_buffer(leaf, b.value);
     }
@@ -36,7 +69,6 @@ class ScriptedModule : public torch::nn::Module {
   }
 
   torch::jit::IValue call(const at::Tensor& input) { return scripted_.forward({input}); }
-  at::Tensor forward(const at::Tensor& input) { return call(input).toTensor(); }
 
  private:
   // The module of the mirror tree that holds "a.b.c" (a.b, created on the way) and "c".
@@ -61,23 +93,25 @@ class ScriptedModule : public torch::nn::Module {
 
 class TorchScriptModel : public Model {
  public:
-  explicit TorchScriptModel(std::shared_ptr<ScriptedModule> module) : module_(std::move(module)) {}
-  at::Tensor forward(const at::Tensor& input) override { return module_->forward(input); }
+  TorchScriptModel(std::shared_ptr<ScriptedModule> module, std::string path)
+      : module_(std::move(module)), path_(std::move(path)) {}
+
+  at::Tensor forward(const at::Tensor& input) override {
+    try {
+      return module_->call(input).toTensor();
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {  // the module's own failure, in one line
+      throw ConfigError("model.path=" + path_ + ": forward failed on a batch of shape " + c10::str(input.sizes()) +
+                        " on " + input.device().str() + ": " + reason(e));
+    }
+  }
   torch::nn::Module& module() override { return *module_; }
 
  private:
   std::shared_ptr<ScriptedModule> module_;
+  std::string path_;
 };
-
-std::string shape_of(at::IntArrayRef sizes) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < sizes.size(); ++i) out << (i ? "," : "") << sizes[i];
-  out << "]";
-  return out.str();
-}
-
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 }  // namespace
 
@@ -91,38 +125,47 @@ std::shared_ptr<Model> make_torchscript(const config::ModelConfig& config, const
   torch::jit::Module scripted;
   try {
     scripted = torch::jit::load(path, torch::kCPU);
-  } catch (const c10::Error& e) {
-    throw ConfigError("model.path=" + path + " is not a TorchScript file this libtorch can load (" +
-                      first_line(e.what_without_backtrace()) + "); save it with torch.jit.save");
+  } catch (const std::exception& e) {
+    throw ConfigError("model.path=" + path + " is not a TorchScript file this libtorch can load (" + reason(e) +
+                      "); save it with torch.jit.save");
   }
-  auto module = std::make_shared<ScriptedModule>(std::move(scripted));
-  if (module->parameters().empty()) throw ConfigError("model.path=" + path + ": the module has no parameters to train");
+  auto module = std::make_shared<ScriptedModule>(std::move(scripted), path);
+  bool trainable = false;
+  for (const auto& p : module->parameters()) trainable = trainable || p.requires_grad();
+  if (!trainable) throw ConfigError("model.path=" + path + ": the module has no parameter to train");
 
-  // One forward of two zero samples, in eval mode and without gradients (BatchNorm statistics
-  // stay as saved), so a module that does not fit the data fails here in one line, not mid-run.
+  // One forward of two zero samples in eval mode, without gradients, so a module that does not fit
+  // the data fails here in one line, not mid-run. The buffers are put back afterwards: a traced
+  // module may update BatchNorm statistics even in eval mode.
+  std::vector<at::Tensor> saved;
+  for (const auto& b : module->buffers()) saved.push_back(b.clone());
   std::vector<std::int64_t> batch_shape{2};
   batch_shape.insert(batch_shape.end(), spec.input_shape.begin(), spec.input_shape.end());
   const std::string expected = "logits [2, " + std::to_string(spec.num_classes) + "] for a batch " +
-                               shape_of(batch_shape) + " of normalized float samples";
+                               c10::str(at::IntArrayRef(batch_shape)) + " of normalized float samples";
   module->eval();
-  at::Tensor out;
-  try {
+  torch::jit::IValue result;
+  {
     const torch::NoGradGuard no_grad;
-    const torch::jit::IValue result = module->call(torch::zeros(batch_shape));
-    if (!result.isTensor()) {
-      throw ConfigError("model.path=" + path + ": forward returns a " + result.tagKind() + "; it must return " + expected);
+    try {
+      result = module->call(torch::zeros(batch_shape));
+    } catch (const std::exception& e) {
+      throw ConfigError("model.path=" + path + ": forward fails on " + c10::str(at::IntArrayRef(batch_shape)) +
+                        " samples (" + reason(e) + "); it must return " + expected);
     }
-    out = result.toTensor();
-  } catch (const c10::Error& e) {
-    throw ConfigError("model.path=" + path + ": forward fails on " + shape_of(batch_shape) + " samples (" +
-                      first_line(e.what_without_backtrace()) + "); it must return " + expected);
+    size_t i = 0;
+    for (auto& b : module->buffers()) b.copy_(saved[i++]);
   }
   module->train();
+  if (!result.isTensor()) {
+    throw ConfigError("model.path=" + path + ": forward returns a " + result.tagKind() + "; it must return " + expected);
+  }
+  const at::Tensor out = result.toTensor();
   if (out.dim() != 2 || out.size(0) != 2 || out.size(1) != spec.num_classes) {
-    throw ConfigError("model.path=" + path + ": forward returns " + shape_of(out.sizes()) + "; it must return " +
+    throw ConfigError("model.path=" + path + ": forward returns " + c10::str(out.sizes()) + "; it must return " +
                       expected + " (the dataset has " + std::to_string(spec.num_classes) + " classes)");
   }
-  return std::make_shared<TorchScriptModel>(std::move(module));
+  return std::make_shared<TorchScriptModel>(std::move(module), path);
 }
 
 }  // namespace hpctrain::model

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 
@@ -103,7 +105,14 @@ std::vector<RankFacts> gather_job_facts(const comm::Bootstrap& bootstrap, const 
                                         const config::Config& config) {
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   const std::string bus_id = device.is_cuda() ? comm::gpu_bus_id(device.index()) : "";
-  return gather_facts(bootstrap, local_facts(bootstrap.topology(), device, config::to_ini(config), bus_id,
+  // A TorchScript model is the file's contents as much as the config: the same path may hold another
+  // export on another node.
+  std::string model_identity = config::to_ini(config);
+  if (config.model.name == "torchscript" && !config.model.path.empty()) {
+    std::ifstream in(config.model.path, std::ios::binary);
+    model_identity += "\nmodel.path contents " + fnv1a_hex(std::string(std::istreambuf_iterator<char>(in), {}));
+  }
+  return gather_facts(bootstrap, local_facts(bootstrap.topology(), device, model_identity, bus_id,
                                              visible != nullptr ? visible : ""));
 }
 
@@ -119,7 +128,7 @@ std::vector<std::string> world_problems(const std::vector<RankFacts>& facts) {
     if (f.config_hash != root.config_hash) {
       problems.push_back(who(f) + " resolved a different config than rank 0 (hash " + f.config_hash + " vs " +
                          root.config_hash + "): give every rank the same config file and overrides, "
-                         "and check that the file is the same on every node");
+                         "and check that the file (and model.path's, for a TorchScript model) is the same on every node");
     }
   }
   return problems;

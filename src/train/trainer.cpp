@@ -285,8 +285,9 @@ struct Trainer::State {
     }
     const int layers = model::set_batch_stats_reducer(net().module(), reduce);
     if (layers == 0) {
-      log::warn("dist.sync_bn=true, but model {} has no BatchNorm layer; nothing to synchronize",
-                config().model.name);
+      log::warn("dist.sync_bn=true, but model {} has no BatchNorm layer of hpctrain's{}; nothing to synchronize",
+                config().model.name,
+                config().model.name == "torchscript" ? " (a TorchScript module's normalize over each rank's batch)" : "");
     } else {
       log::info("dist.sync_bn: {} BatchNorm layer(s) normalize over the batches of all {} rank(s)", layers,
                 comm->size());
@@ -376,12 +377,19 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
   s.comm = comm::make_communicator(s.config().dist.backend, bootstrap, s.setup.use_cuda,
                                    s.device.is_cuda() ? s.device.index() : 0,
                                    s.config().dist.timeout_s);
-  std::vector<at::Tensor> parameters = module.parameters();
-  s.parameters = parameters;
+  std::vector<at::Tensor> everything = module.parameters();
   s.buffers = buffers_of(module);
-  std::vector<at::Tensor> everything = parameters;
   everything.insert(everything.end(), s.buffers.begin(), s.buffers.end());
   ddp::broadcast_tensors(*s.comm, everything, 0);
+  // Only parameters that learn get gradients averaged, clipped and stepped: a frozen one (a
+  // TorchScript module's requires_grad=False) stays as it is, as in PyTorch, at any world size.
+  NamedParameters named;
+  for (const auto& p : module.named_parameters()) {
+    if (p.value().requires_grad()) named.emplace_back(p.key(), p.value());
+  }
+  std::vector<at::Tensor> parameters;
+  for (const auto& [name, p] : named) parameters.push_back(p);
+  s.parameters = parameters;
   ddp::GradSyncOptions sync_options;
   sync_options.bucket_bytes = static_cast<std::int64_t>(s.config().dist.bucket_mb * (1 << 20));
   sync_options.overlap = s.config().dist.overlap;
@@ -389,8 +397,6 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
   if (compression != "none") sync_options.wire_dtype = compression == "fp16" ? at::kHalf : at::kBFloat16;
   s.grad_sync = std::make_unique<ddp::GradSync>(*s.comm, parameters, sync_options);
   s.synchronize_batch_norm();
-  NamedParameters named;
-  for (const auto& p : module.named_parameters()) named.emplace_back(p.key(), p.value());
   s.optimizer = make_optimizer(s.config().optim, named);
   s.parameter_names = names_in_optimizer_order(*s.optimizer, named);
   // Dropout masks differ per rank (as separate processes would in PyTorch DDP), reproducibly.
@@ -398,8 +404,10 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
                      static_cast<std::uint64_t>(bootstrap.world_rank()) + 1);
   std::int64_t count = 0;
   for (const auto& p : parameters) count += p.numel();
-  log::info("model {}: {} parameters in {} tensors, {} buffers; device {}, backend {}, {} rank(s)",
-            s.config().model.name, count, parameters.size(), s.buffers.size(), s.device.str(),
+  const size_t frozen = module.parameters().size() - parameters.size();
+  log::info("model {}: {} parameters in {} tensors{}, {} buffers; device {}, backend {}, {} rank(s)",
+            s.config().model.name, count, parameters.size(),
+            frozen > 0 ? fmt::format(" ({} frozen tensors besides)", frozen) : "", s.buffers.size(), s.device.str(),
             s.comm->backend(), s.comm->size());
 }
 
@@ -621,7 +629,7 @@ std::optional<EvalResult> Trainer::State::evaluate_epoch(std::int64_t epoch) {
   }
   metrics.write(record);
   if (result.language_model()) {
-    improved = !best_test_loss || result.loss < *best_test_loss;
+    improved = !best_test_loss || std::isnan(*best_test_loss) || result.loss < *best_test_loss;
     if (improved) best_test_loss = result.loss;
   } else {
     improved = !best_test_acc || result.accuracy > *best_test_acc;
@@ -661,10 +669,10 @@ std::string Trainer::State::save_checkpoint(bool best) {
     checkpoint.groups["optim"] = optimizer_state(*optimizer, parameter_names);
     checkpoint.groups["sched"] = {{"step", torch::full({}, step, torch::kLong)}};
     checkpoint.groups["rng"] = std::move(generators);
-    if (best_test_acc) checkpoint.groups["metrics"] = {{"best_test_acc", torch::full({}, *best_test_acc, torch::kDouble)}};
-    if (best_test_loss) {
-      checkpoint.groups["metrics"] = {{"best_test_loss", torch::full({}, *best_test_loss, torch::kDouble)}};
-    }
+    ckpt::NamedTensors bests;
+    if (best_test_acc) bests.emplace_back("best_test_acc", torch::full({}, *best_test_acc, torch::kDouble));
+    if (best_test_loss) bests.emplace_back("best_test_loss", torch::full({}, *best_test_loss, torch::kDouble));
+    if (!bests.empty()) checkpoint.groups["metrics"] = std::move(bests);
     const std::string dir = run_dir.checkpoints_dir();
     const std::int64_t keep_last = config().ckpt.keep_last;
     if (config().ckpt.async) {

@@ -1,7 +1,8 @@
 // model.name=torchscript through the real executable: a CNN scripted and saved by Debian's
 // PyTorch (tests/support/export_torchscript.py) trains at -np 2, stops and resumes bit-identically
-// (BatchNorm buffers and dropout included), evaluates, and exports a state_dict that loads into the
-// Python module by its own names; modules that do not fit are refused in one line.
+// (BatchNorm buffers and dropout included), evaluates to the loss PyTorch computes from the
+// exported state_dict (which loads into the Python module by its own names), keeps frozen
+// parameters frozen; modules that do not fit are refused in one line.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -9,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "process.h"
@@ -32,9 +34,10 @@ class TorchScriptEndToEnd : public ::testing::Test {
     const ProcessResult prepared = run_command(kBin + " prepare fashion-mnist --source /usr/share/datasets/fashion-mnist" +
                                                " --out " + data_ + " --limit 1200 --shards 2");
     ASSERT_EQ(prepared.exit_code, 0) << prepared.err;
-    for (const auto& [file, classes] : {std::pair<std::string, int>{"model.pt", 10}, {"seven.pt", 7}}) {
-      const ProcessResult exported =
-          run_command(kExporter + " " + work_ + "/" + file + " --classes " + std::to_string(classes));
+    for (const auto& [file, options] : std::vector<std::pair<std::string, std::string>>{
+             {"model.pt", ""}, {"seven.pt", "--classes 7"}, {"three-channels.pt", "--channels 3"},
+             {"tied.pt", "--tied"}, {"frozen.pt", "--freeze features.0"}}) {
+      const ProcessResult exported = run_command(kExporter + " " + work_ + "/" + file + " " + options);
       ASSERT_EQ(exported.exit_code, 0) << exported.out << exported.err;
     }
   }
@@ -88,16 +91,42 @@ TEST_F(TorchScriptEndToEnd, TrainsResumesBitIdenticallyAndExportsTheModulesOwnNa
   }
   EXPECT_TRUE(running_mean);
 
+  // Evaluated in eval mode (BatchNorm's running statistics, no dropout) to the loss PyTorch computes
+  // with the exported state_dict in the Python module.
   const ProcessResult evaluated = run_command(kBin + " eval --checkpoint " + a + " --config " + work_ +
                                               "/whole/config.ini --data.eval_split=test");
   ASSERT_EQ(evaluated.exit_code, 0) << evaluated.err;
-  EXPECT_EQ(count_lines_with(evaluated.err, "test: 1200 samples, test_loss "), 1) << evaluated.err;
-
+  const size_t at = evaluated.err.find("test: 1200 samples, test_loss ");
+  ASSERT_NE(at, std::string::npos) << evaluated.err;
+  const double hpctrain_loss = std::stod(evaluated.err.substr(at + std::string("test: 1200 samples, test_loss ").size()));
   const std::string state_dict = work_ + "/state_dict.pt";
   ASSERT_EQ(run_command(kBin + " ckpt export " + a + " --to state_dict --out " + state_dict).exit_code, 0);
-  const ProcessResult loaded = run_command(kExporter + " --check-state-dict " + state_dict);
+  const ProcessResult loaded = run_command(kExporter + " --check-state-dict " + state_dict +
+                                           " --source /usr/share/datasets/fashion-mnist --manifest " + data_ +
+                                           "/manifest.json --limit 1200");
   ASSERT_EQ(loaded.exit_code, 0) << loaded.out << loaded.err;
-  EXPECT_NE(loaded.out.find("loaded 16 tensors"), std::string::npos) << loaded.out;
+  const json python = json::parse(loaded.out);
+  EXPECT_EQ(python["tensors"], 16);
+  EXPECT_NEAR(python["test_loss"].get<double>(), hpctrain_loss, 1e-4) << loaded.out << evaluated.err;
+}
+
+TEST_F(TorchScriptEndToEnd, FrozenParametersStayAsSaved) {
+  const ProcessResult r = run_command(train(2, "frozen", "--train.max_steps=4 --ckpt.every_steps=2 --model.path=" +
+                                                             work_ + "/frozen.pt --optim.weight_decay=0.1"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_lines_with(r.err, "(2 frozen tensors besides)"), 1) << r.err;
+  std::map<std::string, at::Tensor> at_2;
+  for (const auto& [name, tensor] : ckpt::CheckpointReader(work_ + "/frozen/checkpoints/ckpt-2.h5").read_group("model")) {
+    at_2[name] = tensor;
+  }
+  for (const auto& [name, tensor] : ckpt::CheckpointReader(work_ + "/frozen/checkpoints/ckpt-4.h5").read_group("model")) {
+    if (name == "features.0.weight" || name == "features.0.bias") {
+      EXPECT_TRUE(at::equal(tensor, at_2.at(name))) << name << " changed although frozen";
+    }
+    if (name == "features.4.weight") {
+      EXPECT_FALSE(at::equal(tensor, at_2.at(name))) << name << " did not learn";
+    }
+  }
 }
 
 TEST_F(TorchScriptEndToEnd, ModulesThatDoNotFitAreRefusedInOneLine) {
@@ -108,7 +137,9 @@ TEST_F(TorchScriptEndToEnd, ModulesThatDoNotFitAreRefusedInOneLine) {
            {"", "model.name=torchscript needs model.path=FILE.pt"},
            {" --model.path=" + work_ + "/missing.pt", "missing.pt: no such file"},
            {" --model.path=" + text, "is not a TorchScript file this libtorch can load"},
-           {" --model.path=" + work_ + "/seven.pt", "forward returns [2,7]; it must return logits [2, 10]"}}) {
+           {" --model.path=" + work_ + "/seven.pt", "forward returns [2, 7]; it must return logits [2, 10]"},
+           {" --model.path=" + work_ + "/three-channels.pt", "forward fails on [2, 1, 28, 28] samples ("},
+           {" --model.path=" + work_ + "/tied.pt", "parameter 'second.weight' is the same tensor as 'first.weight'"}}) {
     const ProcessResult r = run_command(base + extra);
     EXPECT_EQ(r.exit_code, 2) << extra << "\n" << r.err;
     EXPECT_EQ(count_lines_with(r.err, "hpctrain: error:"), 1) << r.err;

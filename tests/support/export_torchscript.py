@@ -2,25 +2,32 @@
 """The example exporter of model.name=torchscript, used by the tests: writes a small CNN for
 1x28x28 images (two conv-BatchNorm-ReLU-pool stages, dropout, a linear head) as TorchScript.
 
-  export_torchscript.py OUT.pt [--classes N]        torch.jit.save(torch.jit.script(model))
-  export_torchscript.py --check-state-dict FILE     loads a state_dict written by
-                                                    `hpctrain ckpt export` into the same model
-                                                    (strict: every name and shape must match)
+  export_torchscript.py OUT.pt [--classes N] [--channels C] [--freeze PREFIX] [--tied]
+      torch.jit.save(torch.jit.script(model)); --freeze sets requires_grad=False on the
+      parameters whose names start with PREFIX; --tied writes a module with one weight shared
+      by two layers instead
+  export_torchscript.py --check-state-dict FILE --source IDX_DIR --manifest DATASET/manifest.json [--limit N]
+      loads a state_dict written by `hpctrain ckpt export` into the same model (strict: every
+      name and shape must match) and prints its loss and accuracy on the first N test images
+      as JSON, normalized as the manifest says
 
-Any model works the same way: script (or trace) it, save it, and train it with
+Any model works the same way: script it, save it, and train it with
 `hpctrain train --model.name=torchscript --model.path=OUT.pt`.
 """
 import argparse
+import gzip
+import json
 
+import numpy as np
 import torch
 from torch import nn
 
 
 class SmallCnn(nn.Module):
-    def __init__(self, classes: int):
+    def __init__(self, classes: int, channels: int):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(channels, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2))
         self.dropout = nn.Dropout(0.2)
         self.head = nn.Linear(16 * 7 * 7, classes)
@@ -29,19 +36,61 @@ class SmallCnn(nn.Module):
         return self.head(self.dropout(torch.flatten(self.features(x), 1)))
 
 
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(28 * 28, 10)
+        self.first = nn.Linear(10, 10)
+        self.second = nn.Linear(10, 10)
+        self.second.weight = self.first.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(torch.relu(self.first(self.embed(torch.flatten(x, 1)))))
+
+
+def read_idx(path: str) -> np.ndarray:
+    data = gzip.open(path, "rb").read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def check_state_dict(args: argparse.Namespace) -> None:
+    model = SmallCnn(args.classes, args.channels)
+    state = torch.load(args.check_state_dict, weights_only=True)
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    manifest = json.load(open(args.manifest))
+    images = torch.from_numpy(read_idx(f"{args.source}/t10k-images-idx3-ubyte.gz")[:args.limit].copy())
+    labels = torch.from_numpy(read_idx(f"{args.source}/t10k-labels-idx1-ubyte.gz")[:args.limit].astype(np.int64))
+    inputs = (images.unsqueeze(1).float() / 255.0 - manifest["input_mean"]) / manifest["input_std"]
+    with torch.no_grad():
+        logits = model(inputs)
+    print(json.dumps({"tensors": len(state),
+                      "test_loss": nn.functional.cross_entropy(logits.double(), labels).item(),
+                      "test_acc": (logits.argmax(1) == labels).double().mean().item()}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", nargs="?")
     parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--channels", type=int, default=1)
+    parser.add_argument("--freeze", default="")
+    parser.add_argument("--tied", action="store_true")
     parser.add_argument("--check-state-dict")
+    parser.add_argument("--source")
+    parser.add_argument("--manifest")
+    parser.add_argument("--limit", type=int, default=10000)
     args = parser.parse_args()
     torch.manual_seed(0)
-    model = SmallCnn(args.classes)
     if args.check_state_dict:
-        state = torch.load(args.check_state_dict, weights_only=True)
-        model.load_state_dict(state, strict=True)
-        print(f"loaded {len(state)} tensors")
+        check_state_dict(args)
         return
+    model = Tied() if args.tied else SmallCnn(args.classes, args.channels)
+    for name, parameter in model.named_parameters():
+        if args.freeze and name.startswith(args.freeze):
+            parameter.requires_grad_(False)
     torch.jit.save(torch.jit.script(model), args.out)
 
 
