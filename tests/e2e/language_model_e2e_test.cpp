@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "process.h"
+#include "same_checkpoints.h"
 #include "hpctrain/ckpt/checkpoint.h"
 #include "hpctrain/core/system.h"
 
@@ -111,16 +112,7 @@ TEST_F(LanguageModelEndToEnd, StoppedAndResumedEqualsUninterruptedAndContinuesOn
   EXPECT_EQ(count_lines_with(second.err, "ckpt-10.h5: step 10, epoch 1, sampler cursor 160"), 1) << second.err;
   const std::string a = work_ + "/whole/checkpoints/ckpt-24.h5";
   const std::string b = work_ + "/split/checkpoints/ckpt-24.h5";
-  for (const char* name : {"model", "optim"}) {
-    const ckpt::NamedTensors expected = ckpt::CheckpointReader(a).read_group(name);
-    const ckpt::NamedTensors resumed = ckpt::CheckpointReader(b).read_group(name);
-    ASSERT_EQ(expected.size(), resumed.size()) << name;
-    ASSERT_FALSE(expected.empty()) << name;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      ASSERT_EQ(expected[i].first, resumed[i].first);
-      EXPECT_TRUE(at::equal(expected[i].second, resumed[i].second)) << name << "/" << expected[i].first;
-    }
-  }
+  expect_same_tensors(a, b, {"model", "optim"});
 
   // On 3 ranks the same checkpoint continues from window 160, 24 windows a step.
   ASSERT_EQ(run_command(train(2, "wider", "--train.max_steps=10 --data.eval_split=")).exit_code, 0);

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "process.h"
+#include "same_checkpoints.h"
 #include "hpctrain/ckpt/checkpoint.h"
 #include "hpctrain/core/system.h"
 
@@ -66,16 +67,7 @@ TEST_F(ResumeEndToEnd, StoppedMidEpochAndResumedEqualsUninterruptedToTheBit) {
 
   const std::string a = work_ + "/whole/checkpoints/ckpt-30.h5";
   const std::string b = work_ + "/split/checkpoints/ckpt-30.h5";
-  for (const char* name : {"model", "optim", "sched"}) {
-    const ckpt::NamedTensors expected = group(a, name);
-    const ckpt::NamedTensors resumed = group(b, name);
-    ASSERT_EQ(expected.size(), resumed.size()) << name;
-    ASSERT_FALSE(expected.empty()) << name;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      ASSERT_EQ(expected[i].first, resumed[i].first);
-      EXPECT_TRUE(at::equal(expected[i].second, resumed[i].second)) << name << "/" << expected[i].first;
-    }
-  }
+  expect_same_tensors(a, b, {"model", "optim", "sched"});
   EXPECT_EQ(ckpt::CheckpointReader(b).meta().epoch, 1);
   EXPECT_EQ(ckpt::CheckpointReader(b).meta().cursor, 11 * 64);  // 30 = 19 + 11
 
@@ -414,14 +406,7 @@ TEST_F(ResumeEndToEnd, BackgroundWritesEqualSynchronousOnes) {
   for (const char* step : {"8", "12"}) {
     const std::string a = work_ + "/sync/checkpoints/ckpt-" + step + ".h5";
     const std::string b = work_ + "/async/checkpoints/ckpt-" + step + ".h5";
-    for (const char* name : {"model", "optim", "rng"}) {
-      const ckpt::NamedTensors expected = group(a, name);
-      const ckpt::NamedTensors got = group(b, name);
-      ASSERT_EQ(expected.size(), got.size()) << name;
-      for (size_t i = 0; i < expected.size(); ++i) {
-        EXPECT_TRUE(at::equal(expected[i].second, got[i].second)) << step << " " << name << "/" << expected[i].first;
-      }
-    }
+    expect_same_tensors(a, b, {"model", "optim", "rng"});
   }
 }
 

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "process.h"
+#include "same_checkpoints.h"
 #include "hpctrain/ckpt/checkpoint.h"
 #include "hpctrain/core/system.h"
 
@@ -75,15 +76,7 @@ TEST_F(TorchScriptEndToEnd, TrainsResumesBitIdenticallyAndExportsTheModulesOwnNa
   EXPECT_EQ(count_lines_with(resumed.err, "resumed from "), 1) << resumed.err;
   const std::string a = work_ + "/whole/checkpoints/ckpt-12.h5";
   const std::string b = work_ + "/split/checkpoints/ckpt-12.h5";
-  for (const char* group : {"model", "optim"}) {
-    const ckpt::NamedTensors expected = ckpt::CheckpointReader(a).read_group(group);
-    const ckpt::NamedTensors got = ckpt::CheckpointReader(b).read_group(group);
-    ASSERT_EQ(expected.size(), got.size()) << group;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      ASSERT_EQ(expected[i].first, got[i].first);
-      EXPECT_TRUE(at::equal(expected[i].second, got[i].second)) << group << "/" << expected[i].first;
-    }
-  }
+  expect_same_tensors(a, b, {"model", "optim"});
   // The BatchNorm statistics are among the model's tensors, under the Python module's names.
   bool running_mean = false;
   for (const auto& [name, tensor] : ckpt::CheckpointReader(a).read_group("model")) {

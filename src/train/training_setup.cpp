@@ -1,0 +1,118 @@
+// Everything a run checks and loads before MPI starts (TrainingSetup): threads, seed, the
+// dataset (samples or a token stream) and the model that fits it, so a bad config or dataset stops
+// every rank the same way before anything is written.
+#include <torch/torch.h>
+
+#include "hpctrain/comm/communicator.h"
+#include "hpctrain/core/error.h"
+#include "hpctrain/core/system.h"
+#include "hpctrain/data/manifest.h"
+#include "hpctrain/model/model.h"
+#include "hpctrain/train/device.h"
+#include "hpctrain/train/lr_schedule.h"
+#include "hpctrain/train/optimizer.h"
+#include "hpctrain/train/trainer.h"
+
+namespace hpctrain::train {
+
+int configure_threads(const config::TrainConfig& train) {
+  const int threads = train.threads > 0 ? static_cast<int>(train.threads) : sys::affinity_cores();
+  at::set_num_threads(threads);
+  return threads;
+}
+
+namespace {
+
+// The gpt model learns from a token stream; every other model from samples with labels.
+void check_model_fits_dataset(const config::Config& config, const data::Manifest& manifest, bool token_stream) {
+  const bool language_model = config.model.name == "gpt";
+  if (language_model && !token_stream) {
+    const data::FieldSpec& field = manifest.fields.front();
+    throw ConfigError("model.name=gpt learns from a token stream (`hpctrain prepare text`), but dataset " +
+                      config.data.path + " holds samples ('" + field.name + "' " + io::dtype_name(field.dtype) +
+                      io::shape_text(field.shape) + ") with labels; choose a classifier (mlp, fashion_cnn, "
+                      "resnet) or a token-stream dataset");
+  }
+  if (!language_model && token_stream) {
+    throw ConfigError("dataset " + config.data.path + " is a token stream, which only model.name=gpt learns "
+                      "from; model.name=" + config.model.name + " classifies samples");
+  }
+}
+
+void check_augmentation(const config::Config& config, const std::vector<std::int64_t>& shape, bool token_stream) {
+  if (config.data.random_crop == 0 && !config.data.random_flip) return;
+  const bool channels_first_image =
+      shape.size() == 2 || (shape.size() == 3 && (shape[0] == 1 || shape[0] == 3 || shape[0] == 4));
+  if (token_stream) {
+    throw ConfigError("data.random_crop and data.random_flip augment images; dataset " + config.data.path +
+                      " is a token stream: turn them off");
+  }
+  if (!channels_first_image) {
+    std::string dims;
+    for (const std::int64_t d : shape) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    throw ConfigError("data.random_crop and data.random_flip augment images stored channels first ([C, H, W] "
+                      "with C = 1, 3 or 4, or [H, W]), but dataset " + config.data.path + " holds samples of shape [" +
+                      dims + "]; turn them off (or store images as [C, H, W])");
+  }
+}
+
+// A token stream's split, in windows of model.gpt_block_size + 1 tokens.
+data::TokenStream load_token_split(const config::Config& config, const std::string& split, std::int64_t cache_bytes) {
+  data::TokenStream stream = data::TokenStream::load(config.data.path, split, config.model.gpt_block_size, cache_bytes);
+  if (stream.size() < config.model.gpt_block_size + 1) {
+    throw DataError("split '" + split + "' of " + config.data.path + " has " + std::to_string(stream.size()) +
+                    " tokens, fewer than one window of model.gpt_block_size + 1 = " +
+                    std::to_string(config.model.gpt_block_size + 1) + "; lower model.gpt_block_size");
+  }
+  return stream;
+}
+
+}  // namespace
+
+TrainingSetup prepare_training(const config::Config& config, bool need_train_split) {
+  const bool use_cuda = resolve_use_cuda(config.dist.device, visible_gpus());
+  comm::validate_backend(config.dist.backend, use_cuda);
+  check_optimizer_options(config.optim);
+  check_schedule_options(config.optim);
+  const int threads = configure_threads(config.train);
+  // Same seed everywhere: every rank builds identical initial weights (rank 0's are broadcast
+  // anyway, so a rank with a different libtorch still starts from the same point).
+  torch::manual_seed(static_cast<std::uint64_t>(config.train.seed));
+  if (config.data.shuffle_window_mb * 2 > config.data.cache_mb) {
+    throw ConfigError("data.shuffle_window_mb=" + std::to_string(config.data.shuffle_window_mb) +
+                      " needs data.cache_mb >= " + std::to_string(2 * config.data.shuffle_window_mb) +
+                      " (the window being read and the next are held in memory; data.cache_mb is " +
+                      std::to_string(config.data.cache_mb) + "); raise data.cache_mb or lower the window");
+  }
+  const data::Manifest manifest = data::Manifest::load(config.data.path);
+  const bool token_stream = data::is_token_stream(manifest);
+  check_model_fits_dataset(config, manifest, token_stream);
+  const std::int64_t cache_bytes = config.data.cache_mb << 20;
+  TrainingSetup setup{config, std::nullopt, std::nullopt, std::nullopt, std::nullopt, nullptr, threads, use_cuda};
+  if (token_stream) {
+    if (config.data.shuffle_window_mb > 0) {
+      throw ConfigError("data.shuffle_window_mb shuffles the samples of a sample dataset; " + config.data.path +
+                        " is a token stream, read in windows at random offsets: set it to 0");
+    }
+    check_augmentation(config, {}, true);
+    if (need_train_split) setup.train_tokens = load_token_split(config, config.data.train_split, cache_bytes);
+    if (!config.data.eval_split.empty()) {
+      setup.eval_tokens = load_token_split(config, config.data.eval_split, cache_bytes);
+    }
+    HT_CHECK(setup.train_tokens || setup.eval_tokens, "nothing to load: no train split and no eval split");
+    // The vocabulary is the manifest's num_classes (256 for `prepare text`'s bytes).
+    setup.model = model::make_model(config.model, {{config.model.gpt_block_size}, manifest.num_classes});
+    return setup;
+  }
+  if (need_train_split) setup.train_split = data::Split::load(config.data.path, config.data.train_split, cache_bytes);
+  if (!config.data.eval_split.empty()) {
+    setup.eval_split = data::Split::load(config.data.path, config.data.eval_split, cache_bytes);
+  }
+  HT_CHECK(setup.train_split || setup.eval_split, "nothing to load: no train split and no eval split");
+  const data::Split& any = setup.train_split ? *setup.train_split : *setup.eval_split;
+  check_augmentation(config, any.sample_shape(), false);
+  setup.model = model::make_model(config.model, {any.sample_shape(), any.manifest().num_classes});
+  return setup;
+}
+
+}  // namespace hpctrain::train
