@@ -67,23 +67,27 @@ TEST(H5File, ErrorsCarryTheCallersExitCodeAndPath) {
   EXPECT_THROW(H5File::open_read(path, ExitCode::kData), Error);
 }
 
-TEST(H5File, ChecksumCatchesAFlippedByte) {
-  const std::string path = temp_path("flipped.h5");
-  std::vector<std::uint8_t> data(64 * 1024, 0x5A);
+// A dataset 'bytes' of 64 rows of 1024 bytes 0x5A, chunked with fletcher32, with one byte in the
+// middle of the file zeroed: the payload is most of the file, so the byte lies in one chunk.
+void write_with_a_flipped_byte(const std::string& path, std::int64_t chunk_rows) {
+  const std::vector<std::uint8_t> data(64 * 1024, 0x5A);
   {
     H5File file = H5File::create(path, ExitCode::kData);
     WriteOptions options;
-    options.chunk_rows = 1024;
+    options.chunk_rows = chunk_rows;
     file.write("bytes", DType::kUInt8, {64, 1024}, data.data(), options);
     file.close();
   }
-  // Flip one byte in the middle of the raw data (the file is mostly the 0x5A payload).
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekp(static_cast<std::streamoff>(fs::file_size(path) / 2));
   f.put(static_cast<char>(0x00));
-  f.close();
+}
+
+TEST(H5File, ChecksumCatchesAFlippedByte) {
+  const std::string path = temp_path("flipped.h5");
+  write_with_a_flipped_byte(path, 1024);
   const H5File file = H5File::open_read(path, ExitCode::kData);
-  std::vector<std::uint8_t> out(data.size());
+  std::vector<std::uint8_t> out(64 * 1024);
   EXPECT_THROW(file.read("bytes", DType::kUInt8, out.data()), Error);
   fs::remove(path);
 }
@@ -143,19 +147,7 @@ TEST(H5Dataset, ReadsWholeChunksRawAndChecksThem) {
 
 TEST(H5Dataset, RawChunkReadNamesTheRowsWhoseChecksumFails) {
   const std::string path = temp_path("raw-flipped.h5");
-  std::vector<std::uint8_t> data(64 * 1024, 0x5A);
-  {
-    H5File file = H5File::create(path, ExitCode::kData);
-    WriteOptions options;
-    options.chunk_rows = 16;
-    file.write("bytes", DType::kUInt8, {64, 1024}, data.data(), options);
-    file.close();
-  }
-  {  // The payload is most of the file: its middle byte lies in one of the four chunks.
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(fs::file_size(path) / 2));
-    f.put(static_cast<char>(0x00));
-  }
+  write_with_a_flipped_byte(path, 16);  // four chunks, one of them damaged
   const H5File file = H5File::open_read(path, ExitCode::kData);
   const H5Dataset set = file.open_dataset("bytes", 0);
   std::vector<std::uint8_t> out(16 * 1024);
