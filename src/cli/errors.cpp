@@ -1,5 +1,7 @@
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "hpctrain/cli/commands.h"
 #include "hpctrain/comm/bootstrap.h"
@@ -17,6 +19,11 @@ void exit_with_error(const std::string& message, int exit_code) {
   }
   if (comm::Bootstrap::launcher_rank() == 0) {
     std::fprintf(stderr, "hpctrain: error: %s\n", message.c_str());
+  } else {
+    // Before MPI starts every rank meets the same error and only rank 0 reports it; a rank that
+    // exits first makes the launcher kill the rest, so on a loaded machine rank 0 could be killed
+    // before its line is out. The others give it a moment.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
   }
   log::shutdown();
   comm::Bootstrap::finalize_if_running();
