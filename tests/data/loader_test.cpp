@@ -6,7 +6,10 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "hpctrain/core/error.h"
 #include "hpctrain/data/distributed_sampler.h"
@@ -182,10 +185,13 @@ TEST_F(LoaderTest, BatchesFollowTheSamplerAtEveryPrefetchDepthAndThreadCount) {
     const auto order = sampler.global_order(1);
     std::vector<std::vector<std::int64_t>> steps;
     for (const SamplerStep& step : sampler.steps(order, 0)) steps.push_back(step.indices);
-    for (const LoaderOptions loader_options : {LoaderOptions{0, 1}, LoaderOptions{1, 1}, LoaderOptions{3, 1},
-                                               LoaderOptions{1, 2}, LoaderOptions{4, 3}}) {
+    // handoff_bytes 0 keeps the depth as given; 1 MiB reads these tiny batches all ahead.
+    for (const LoaderOptions loader_options :
+         {LoaderOptions{0, 1, 0}, LoaderOptions{1, 1, 0}, LoaderOptions{3, 1, 0}, LoaderOptions{1, 2, 0},
+          LoaderOptions{4, 3, 0}, LoaderOptions{5, 1, 0}, LoaderOptions{1, 1}, LoaderOptions{4, 3}}) {
       const std::string where = "depth " + std::to_string(loader_options.depth) + ", threads " +
-                                std::to_string(loader_options.threads) + ", cache " + std::to_string(cache);
+                                std::to_string(loader_options.threads) + ", handoff bytes " +
+                                std::to_string(loader_options.handoff_bytes) + ", cache " + std::to_string(cache);
       Loader loader(split, steps, loader_options);
       for (const auto& indices : steps) {
         const Batch batch = loader.next();
@@ -204,12 +210,15 @@ TEST_F(LoaderTest, BatchesFollowTheSamplerAtEveryPrefetchDepthAndThreadCount) {
 TEST_F(LoaderTest, AReadErrorReachesTheTrainingThreadAfterTheGoodBatches) {
   const Split split = Split::load(dir_, "train");
   for (const int threads : {1, 2, 3}) {
-    // With 2 and 3 threads, another thread reads the steps after the bad one, and may finish them
-    // first: the error must still come exactly at step 2.
-    Loader loader(split, {{1, 2}, {3}, {99}, {4}, {5}, {6}}, {2, threads});
-    EXPECT_EQ(loader.next().input.size(0), 2) << threads;
-    EXPECT_EQ(loader.next().input.size(0), 1) << threads;
-    EXPECT_THROW(loader.next(), DataError) << threads;
+    for (const std::int64_t handoff_bytes : {std::int64_t{0}, std::int64_t{1} << 20}) {
+      // With 2 and 3 threads, another thread reads the steps after the bad one, and may finish
+      // them first: the error must still come exactly at step 2, also when next() waits for
+      // several batches at once (depth 4: two).
+      Loader loader(split, {{1, 2}, {3}, {99}, {4}, {5}, {6}}, {4, threads, handoff_bytes});
+      EXPECT_EQ(loader.next().input.size(0), 2) << threads;
+      EXPECT_EQ(loader.next().input.size(0), 1) << threads;
+      EXPECT_THROW(loader.next(), DataError) << threads;
+    }
   }
 }
 
@@ -221,6 +230,65 @@ TEST_F(LoaderTest, StoppingEarlyDoesNotHang) {
     loader.next();
   }
 }  // destructor joins while the thread waits for room
+
+// Batch k of a synthetic reader: `bytes` of int8 whose first element is k % 128, read after
+// a pause now and then, so that readers and the training thread overtake each other.
+Batch numbered_batch(std::int64_t k, std::int64_t bytes) {
+  if (k % 7 == 3) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  Batch batch{at::zeros({bytes}, at::kChar), at::full({1}, k, at::kLong)};
+  batch.input[0] = static_cast<int>(k % 128);
+  return batch;
+}
+
+// Note [Hand-off]: each side waits for runs of batches. Whatever the depth, thread count, batch
+// size and pace, every batch arrives once, in order, and nothing hangs (ctest's timeout).
+TEST(LoaderHandOff, BatchesArriveInOrderWhicheverSideWaits) {
+  constexpr std::int64_t kSteps = 120;
+  std::vector<std::vector<std::int64_t>> steps;
+  for (std::int64_t k = 0; k < kSteps; ++k) steps.push_back({k});
+  for (const std::int64_t bytes : {std::int64_t{64}, std::int64_t{300} << 10}) {
+    for (const LoaderOptions options : {LoaderOptions{1, 1, 0}, LoaderOptions{4, 1, 0}, LoaderOptions{5, 2, 0},
+                                        LoaderOptions{8, 3, 0}, LoaderOptions{2, 1}, LoaderOptions{2, 3}}) {
+      Loader loader([bytes](const std::vector<std::int64_t>& step) { return numbered_batch(step[0], bytes); },
+                    steps, options);
+      for (std::int64_t k = 0; k < kSteps; ++k) {
+        if (k % 11 == 5) std::this_thread::sleep_for(std::chrono::microseconds(300));
+        const Batch batch = loader.next();
+        ASSERT_EQ(batch.target.item<std::int64_t>(), k) << bytes << " bytes, depth " << options.depth;
+        ASSERT_EQ(batch.input[0].item<int>(), static_cast<int>(k % 128));
+      }
+    }
+  }
+}
+
+// Waits up to 20 s for `count` to reach `at_least`.
+bool reaches(const std::atomic<int>& count, int at_least) {
+  for (int i = 0; i < 2000 && count.load() < at_least; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return count.load() >= at_least;
+}
+
+// Batches of 1 KiB: with handoff_bytes 1 MiB, depth 1 is raised to 2 MiB of batches (2048), so
+// all 100 steps are read before next() is called; with 0, one is.
+TEST(LoaderHandOff, SmallBatchesAreReadFurtherAhead) {
+  const std::vector<std::vector<std::int64_t>> steps(100, std::vector<std::int64_t>{0});
+  for (const std::int64_t handoff_bytes : {std::int64_t{1} << 20, std::int64_t{0}}) {
+    std::atomic<int> reads{0};
+    Loader loader(
+        [&reads](const std::vector<std::int64_t>&) {
+          ++reads;
+          return Batch{at::zeros({1024 - 8}, at::kChar), at::zeros({1}, at::kLong)};
+        },
+        steps, {1, 1, handoff_bytes});
+    if (handoff_bytes > 0) {
+      EXPECT_TRUE(reaches(reads, 100)) << reads.load();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      EXPECT_LE(reads.load(), 1);
+    }
+    for (int k = 0; k < 100; ++k) loader.next();
+    EXPECT_EQ(reads.load(), 100);
+  }
+}
 
 TEST_F(LoaderTest, MissingShardAndWrongCountAreDataErrors) {
   fs::rename(dir_ + "/train-00002.h5", dir_ + "/elsewhere.h5");

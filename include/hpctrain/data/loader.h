@@ -2,7 +2,8 @@
 // known list of steps, keeping up to `depth` of them ready or in flight, and next() hands them out
 // in step order. Thread t of N reads steps t, t+N, t+2N, ... The read function must be safe to call
 // from several threads (Split::gather and TokenStream::gather are: io serializes their HDF5 calls,
-// rows are copied in parallel). Depends on data/split and std threads.
+// rows are copied in parallel). A side that had to wait sleeps until it can hand over several
+// batches (Note [Hand-off] in loader.cpp). Depends on data/split and std threads.
 #pragma once
 
 #include <condition_variable>
@@ -21,6 +22,9 @@ namespace hpctrain::data {
 struct LoaderOptions {
   int depth = 2;    // batches ready or being read ahead of next(); 0: read in next(), no threads
   int threads = 1;  // reading threads (with depth >= 1); depth is raised to at least this
+  // Bytes of batches handed over at once at least (Note [Hand-off] in loader.cpp): depth is
+  // raised to twice as many bytes. 0 keeps depth as it is.
+  std::int64_t handoff_bytes = std::int64_t{1} << 20;
 };
 
 class Loader {
@@ -42,16 +46,22 @@ class Loader {
 
  private:
   void produce(size_t first_step);
+  void size_runs(const Batch& first);  // caller holds mutex_
+  bool worth_waking_consumer() const;  // caller holds mutex_
 
   ReadBatch read_;
   std::vector<std::vector<std::int64_t>> steps_;
-  size_t depth_;
+  size_t depth_;  // batches ready or being read, at most; raised for small batches
   size_t threads_;
-  size_t taken_ = 0;  // batches handed out by next()
+  size_t handoff_;    // batches a waiting side waits for (Note [Hand-off])
+  std::int64_t handoff_bytes_;
+  bool sized_ = false;  // depth_ and handoff_ set from the first batch read
+  size_t taken_ = 0;    // batches handed out by next()
+  bool consumer_waiting_ = false;
 
   std::mutex mutex_;
-  std::condition_variable ready_changed_;  // a batch or an error arrived (the caller waits)
-  std::condition_variable room_;           // next() took a batch, or stop (the threads wait)
+  std::condition_variable ready_changed_;  // batches or an error arrived (the caller waits)
+  std::condition_variable room_;           // next() made room, or stop (the threads wait)
   std::map<size_t, Batch> ready_;  // by step
   std::exception_ptr error_;
   size_t error_step_ = 0;
