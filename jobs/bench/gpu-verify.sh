@@ -18,9 +18,10 @@
 #   bench step (fashion_cnn on the GPU), bench data, fashion_cnn trained on the GPU with NCCL to
 #   >= 0.85 test accuracy, 100 steps on the GPU over the MPI backend with dist.sync_bn and two
 #   loader threads, resnet20 in fp32 and in bf16 (with background checkpoints), the byte-level
-#   gpt of configs/text_gpt.ini in fp32 and in bf16, a TorchScript module exported by this
-#   machine's PyTorch (tests/support/export_torchscript.py), the same fashion_cnn steps on the CPU for
-#   scale, and the same training in PyTorch eager on the same GPU.
+#   gpt of configs/text_gpt.ini in fp32, bf16 and fp16 (with loss scaling, resumed once), a
+#   TorchScript module exported by this machine's PyTorch (tests/support/export_torchscript.py),
+#   the same fashion_cnn steps on the CPU for scale, and the same training in PyTorch eager on the
+#   same GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -203,14 +204,29 @@ record "prepare text" "$status" "$seconds" "$(grep -o 'train: [0-9]* samples' "$
 last_ppl() { python3 -c 'import json,sys
 r=[json.loads(l)["test_ppl"] for l in open(sys.argv[1]) if "test_ppl" in l]
 print(round(r[-1], 2) if r else "none")' "$1"; }
+last_value() { python3 -c 'import json,sys
+r=[json.loads(l)[sys.argv[2]] for l in open(sys.argv[1]) if sys.argv[2] in l]
+print(r[-1] if r else "none")' "$1" "$2"; }
 gpt_run=(--config configs/text_gpt.ini --data.path="$out/text" --dist.device=cuda --dist.backend=nccl
-         --train.batch_size=64 --train.max_steps=300 --log.every_steps=50)
-for precision in fp32 bf16; do
+         --train.batch_size=64 --log.every_steps=50)
+for precision in fp32 bf16 fp16; do
   run_step "train_gpt_$precision" 90 "${launch[@]}" "$bin" train "${gpt_run[@]}" --run.dir="$out/run-gpt-$precision" \
-    --train.precision="$precision"
-  record "train gpt gpu $precision" "$status" "$seconds" \
-    "$(steady_rate "$out/run-gpt-$precision/metrics.jsonl" tokens_per_s) tokens/s, test_ppl $(last_ppl "$out/run-gpt-$precision/metrics.jsonl")"
+    --train.precision="$precision" --train.max_steps=300
+  result="$(steady_rate "$out/run-gpt-$precision/metrics.jsonl" tokens_per_s) tokens/s, test_ppl $(last_ppl "$out/run-gpt-$precision/metrics.jsonl")"
+  [ "$precision" = fp16 ] && result="$result, loss scale $(last_value "$out/run-gpt-fp16/metrics.jsonl" loss_scale), $(last_value "$out/run-gpt-fp16/metrics.jsonl" skipped_steps) skipped"
+  record "train gpt gpu $precision" "$status" "$seconds" "$result"
 done
+# fp16 resumed from its checkpoint at step 300 for 50 more steps: the loss scaler's count of skipped
+# steps must carry on from the checkpoint, not start again at 0.
+skipped_before=$(last_value "$out/run-gpt-fp16/metrics.jsonl" skipped_steps)
+run_step resume_gpt_fp16 60 "${launch[@]}" "$bin" train "${gpt_run[@]}" --run.dir="$out/run-gpt-fp16" \
+  --train.precision=fp16 --train.max_steps=350
+skipped_after=$(last_value "$out/run-gpt-fp16/metrics.jsonl" skipped_steps)
+if [ "$status" = PASS ] && ! grep -q 'resumed from' "$out/resume_gpt_fp16.log"; then status=FAIL; fi
+if [ "$status" = PASS ] && ! python3 -c "import sys; sys.exit(0 if int('$skipped_after') >= int('$skipped_before') else 1)" 2>/dev/null; then
+  status=FAIL
+fi
+record "resume gpt gpu fp16" "$status" "$seconds" "skipped steps $skipped_before at step 300, $skipped_after at 350"
 
 # A module scripted by this machine's PyTorch (model.name=torchscript): its parameters moved to the
 # GPU through hpctrain's mirror of them, trained, and its test accuracy after 300 steps.

@@ -228,7 +228,7 @@ NamedTensors CheckpointReader::read_group_unchecked(const std::string& group) co
 
 std::int64_t CheckpointReader::verify() const {
   std::int64_t tensors = 0;
-  for (const char* group : {"model", "optim", "sched", "rng", "metrics"}) {
+  for (const char* group : kGroups) {
     tensors += static_cast<std::int64_t>(read_group(group).size());
   }
   return tensors;

@@ -32,8 +32,6 @@ const char* kUsage =
     "export:  the model's parameters and buffers as a PyTorch state_dict (torch.load reads it:\n"
     "         model.load_state_dict(torch.load(\"FILE.pt\")); docs/checkpoint-format.md).\n";
 
-const char* const kGroups[] = {"model", "optim", "sched", "rng", "metrics"};
-
 int inspect(const ckpt::CheckpointReader& reader) {
   const ckpt::CheckpointMeta& m = reader.meta();
   std::cout << "checkpoint " << reader.path() << "\n"
@@ -41,7 +39,7 @@ int inspect(const ckpt::CheckpointReader& reader) {
             << " at " << m.created << " on " << m.world_size << " rank(s)\n"
             << "  model " << m.model_name << ", step " << m.step << ", epoch " << m.epoch + 1
             << " (0-based " << m.epoch << "), sampler cursor " << m.cursor << "\n";
-  for (const char* group : kGroups) {
+  for (const char* group : ckpt::kGroups) {
     const ckpt::NamedTensors tensors = reader.read_group(group);
     if (tensors.empty()) continue;
     std::int64_t bytes = 0;

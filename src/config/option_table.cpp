@@ -330,9 +330,11 @@ std::vector<Option> build_table() {
           "train.accum_steps decides.",
           at_least<I>(0)),
       row("train.precision", &C::train, &TrainConfig::precision, "fp32",
-          "fp32, or bf16: the forward pass under autocast in bfloat16 (CPU and CUDA); weights, "
-          "gradients and optimizer state stay float32, evaluation runs in float32.",
-          one_of({"fp32", "bf16"})),
+          "fp32; bf16: the forward pass under autocast in bfloat16 (CPU and CUDA); fp16: autocast "
+          "in float16 with dynamic loss scaling (CUDA only; a step whose gradients overflow is "
+          "skipped on every rank and the scale halved, as GradScaler does). Weights, gradients "
+          "and optimizer state stay float32; evaluation runs in float32.",
+          one_of({"fp32", "bf16", "fp16"})),
       row("train.label_smoothing", &C::train, &TrainConfig::label_smoothing, "0",
           "Label smoothing of the training loss (cross-entropy against (1-e) one-hot + e/classes).",
           in_unit_interval()),

@@ -36,6 +36,7 @@
 #include "hpctrain/train/step_timing.h"
 #include "hpctrain/train/train_state.h"
 #include "autocast.h"
+#include "hpctrain/train/loss_scaler.h"
 
 namespace hpctrain::train {
 namespace {
@@ -113,6 +114,7 @@ struct Trainer::State {
   std::int64_t accum = 1;     // micro-batches per optimizer step (train.global_batch or accum_steps)
   double peak_lr = 0.0;       // optim.lr scaled for the global batch (optim.lr_scaling)
   std::optional<double> grad_norm;  // of the last step's averaged gradients, when computed
+  std::optional<LossScaler> loss_scaler;  // train.precision=fp16
   std::int64_t step = 0;         // optimizer steps taken
   std::int64_t total_steps = 0;  // of the whole run, for the schedule
   std::int64_t steps_per_full_epoch = 0;  // at this run's world size, for the ETA
@@ -237,6 +239,12 @@ struct Trainer::State {
     return std::sqrt(squares);
   }
 
+  std::vector<at::Tensor> gradients() const {
+    std::vector<at::Tensor> out;
+    for (const auto& p : parameters) out.push_back(p.grad());
+    return out;
+  }
+
   void apply_schedule() {
     const double lr = lr_at(config().optim, peak_lr, step, total_steps);
     for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
@@ -298,6 +306,7 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
   s.grad_sync = std::make_unique<ddp::GradSync>(*s.comm, parameters, sync_options);
   s.synchronize_batch_norm();
   s.optimizer = make_optimizer(s.config().optim, named);
+  if (s.config().train.precision == "fp16") s.loss_scaler.emplace();
   s.parameter_names = names_in_optimizer_order(*s.optimizer, named);
   // Dropout masks differ per rank (as separate processes would in PyTorch DDP), reproducibly.
   torch::manual_seed(static_cast<std::uint64_t>(s.config().train.seed) * 1000003ULL +
@@ -385,8 +394,11 @@ void Trainer::State::train_epoch(std::int64_t epoch, const EpochPlan& plan, std:
   net().module().train();
   // The rest of the epoch's plan up front, so the loader can read ahead of the loop.
   const std::vector<data::SamplerStep> plans = plan.steps(epoch, cursor);
+  const std::string& precision = config().train.precision;
   const std::optional<at::ScalarType> autocast_dtype =
-      config().train.precision == "bf16" ? std::optional<at::ScalarType>(at::kBFloat16) : std::nullopt;
+      precision == "bf16"   ? std::optional<at::ScalarType>(at::kBFloat16)
+      : precision == "fp16" ? std::optional<at::ScalarType>(at::kHalf)
+                            : std::nullopt;
   // An optimizer step is `accum` sampler steps (micro-batches); the epoch's last may have fewer.
   const auto micro_batches = static_cast<std::int64_t>(plans.size());
   const std::int64_t steps_per_epoch = (micro_batches + accum - 1) / accum;
@@ -426,7 +438,8 @@ void Trainer::State::train_epoch(std::int64_t epoch, const EpochPlan& plan, std:
       const at::Tensor losses = per_sample_loss(logits, batch.target.to(device, /*non_blocking=*/true),
                                                 config().train.label_smoothing);
       grad_sync->begin_backward(/*last_micro_batch=*/j + 1 == first + count);
-      step_loss(losses, weights, comm->size(), step_real).backward();
+      const at::Tensor loss = step_loss(losses, weights, comm->size(), step_real);
+      (loss_scaler ? loss * loss_scaler->scale() : loss).backward();
       loss_sum += (losses.detach() * weights).sum();
       for (const float w : micro.weights) real_samples += w;
     }
@@ -437,9 +450,12 @@ void Trainer::State::train_epoch(std::int64_t epoch, const EpochPlan& plan, std:
     const bool last = i + 1 == steps_per_epoch ||
                       (config().train.max_steps > 0 && step + 1 >= config().train.max_steps);
     const bool log_now = (step + 1) % config().log.every_steps == 0 || last;
-    grad_norm = clip_gradients(log_now);
+    // fp16: a step whose averaged gradients overflowed is skipped on every rank (they are equal).
+    const bool finite = !loss_scaler || loss_scaler->unscale(gradients());
+    if (loss_scaler) loss_scaler->update(finite);
+    grad_norm = finite ? clip_gradients(log_now) : std::nullopt;
     apply_schedule();
-    optimizer->step();
+    if (finite) optimizer->step();
     ++step;
     check_replicas();
 
@@ -503,6 +519,10 @@ void Trainer::State::log_progress(std::int64_t epoch, std::int64_t step_in_epoch
                            {"peak_rss_mb", static_cast<double>(sys::peak_rss_bytes()) / (1 << 20)}};
   if (grad_norm) record["grad_norm"] = *grad_norm;
   if (setup.language_model()) record["tokens_per_s"] = tokens_per_s;
+  if (loss_scaler) {
+    record["loss_scale"] = loss_scaler->scale();
+    record["skipped_steps"] = loss_scaler->skipped_steps();
+  }
   metrics.write(record);
   loss_sum.zero_();
   real_samples = 0.0;
@@ -573,6 +593,7 @@ std::string Trainer::State::save_checkpoint(bool best) {
     if (best_test_acc) bests.emplace_back("best_test_acc", torch::full({}, *best_test_acc, torch::kDouble));
     if (best_test_loss) bests.emplace_back("best_test_loss", torch::full({}, *best_test_loss, torch::kDouble));
     if (!bests.empty()) checkpoint.groups["metrics"] = std::move(bests);
+    if (loss_scaler) checkpoint.groups["loss_scaler"] = loss_scaler->state();
     const std::string dir = run_dir.checkpoints_dir();
     const std::int64_t keep_last = config().ckpt.keep_last;
     if (config().ckpt.async) {
@@ -629,6 +650,7 @@ void Trainer::State::resume() {
   step = meta.step;
   start_epoch = meta.epoch;
   start_cursor = meta.cursor;
+  if (loss_scaler && reader.has_group("loss_scaler")) loss_scaler->load_state(reader.read_group("loss_scaler"));
   for (const auto& [name, value] : reader.read_group("metrics")) {
     if (name == "best_test_acc") best_test_acc = value.item<double>();
     if (name == "best_test_loss") best_test_loss = value.item<double>();

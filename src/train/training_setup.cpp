@@ -72,6 +72,10 @@ data::TokenStream load_token_split(const config::Config& config, const std::stri
 TrainingSetup prepare_training(const config::Config& config, bool need_train_split) {
   const bool use_cuda = resolve_use_cuda(config.dist.device, visible_gpus());
   comm::validate_backend(config.dist.backend, use_cuda);
+  if (config.train.precision == "fp16" && !use_cuda) {
+    throw ConfigError("train.precision=fp16 needs a GPU (dist.device=cuda or auto with one visible): on the CPU "
+                      "autocast computes in bfloat16 only; use train.precision=bf16 there");
+  }
   check_optimizer_options(config.optim);
   check_schedule_options(config.optim);
   const int threads = configure_threads(config.train);

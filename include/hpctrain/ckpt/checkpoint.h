@@ -23,6 +23,10 @@ inline constexpr std::int64_t kFormatVersion = 2;
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
+// Every group a checkpoint may hold (docs/checkpoint-format.md); "loss_scaler" only with
+// train.precision=fp16, "metrics" only after an evaluation.
+inline constexpr const char* kGroups[] = {"model", "optim", "sched", "rng", "metrics", "loss_scaler"};
+
 struct CheckpointMeta {
   std::int64_t format_version = kFormatVersion;
   std::string hpctrain_version;
@@ -37,7 +41,7 @@ struct CheckpointMeta {
 
 struct Checkpoint {
   CheckpointMeta meta;
-  std::map<std::string, NamedTensors> groups;  // "model", "optim", "sched", "rng", "metrics"
+  std::map<std::string, NamedTensors> groups;  // by name, of kGroups
 };
 
 // A copy of every tensor in host memory, contiguous: what a background writer may write while

@@ -1,0 +1,49 @@
+// Dynamic loss scaling for train.precision=fp16, as torch.cuda.amp.GradScaler does it. fp16's
+// smallest normal number is 6e-5, so small gradients computed in it flush to zero: the loss is
+// multiplied by scale() before backward, and once the gradients are averaged, unscale() divides
+// them back and says whether any is inf or NaN. A step with one is skipped and the scale halved;
+// after growth_interval good steps in a row it doubles. Averaged gradients are equal on every
+// rank, so every rank decides alike. Depends on ATen and ckpt (for the checkpoint's NamedTensors).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "hpctrain/ckpt/checkpoint.h"
+
+namespace hpctrain::train {
+
+struct LossScalerOptions {
+  double initial_scale = 65536.0;  // 2^16, GradScaler's
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  std::int64_t growth_interval = 2000;
+};
+
+class LossScaler {
+ public:
+  explicit LossScaler(LossScalerOptions options = {});
+
+  double scale() const { return scale_; }
+  // Divides every defined gradient by scale(), in place. Returns false when any element is inf or
+  // NaN (one device-to-host copy).
+  bool unscale(const std::vector<at::Tensor>& gradients) const;
+  // After each step: `finite` as unscale() said. A skipped step halves the scale.
+  void update(bool finite);
+  std::int64_t skipped_steps() const { return skipped_; }
+
+  // {"scale", "good_steps", "skipped_steps"} for a checkpoint, and back (a resume continues the
+  // growth count where it stopped). load_state throws CheckpointError on a missing or bad entry.
+  ckpt::NamedTensors state() const;
+  void load_state(const ckpt::NamedTensors& stored);
+
+ private:
+  LossScalerOptions options_;
+  double scale_;
+  std::int64_t good_steps_ = 0;  // finite steps since the scale last changed
+  std::int64_t skipped_ = 0;     // over the whole run
+};
+
+}  // namespace hpctrain::train
