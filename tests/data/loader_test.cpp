@@ -8,7 +8,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <future>
+#include <mutex>
 #include <thread>
 
 #include "hpctrain/core/error.h"
@@ -226,10 +229,14 @@ TEST_F(LoaderTest, StoppingEarlyDoesNotHang) {
   const Split split = Split::load(dir_, "train");
   std::vector<std::vector<std::int64_t>> steps(100, std::vector<std::int64_t>{1, 2, 3});
   for (const int threads : {1, 2}) {
-    Loader loader(split, steps, {4, threads});
-    loader.next();
+    for (const std::int64_t handoff_bytes : {std::int64_t{0}, std::int64_t{1} << 20}) {
+      // handoff_bytes 0: the destructor joins while the threads wait for room (with 1 MiB, these
+      // tiny batches are all read ahead).
+      Loader loader(split, steps, {4, threads, handoff_bytes});
+      loader.next();
+    }
   }
-}  // destructor joins while the thread waits for room
+}
 
 // Batch k of a synthetic reader: `bytes` of int8 whose first element is k % 128, read after
 // a pause now and then, so that readers and the training thread overtake each other.
@@ -288,6 +295,53 @@ TEST(LoaderHandOff, SmallBatchesAreReadFurtherAhead) {
     for (int k = 0; k < 100; ++k) loader.next();
     EXPECT_EQ(reads.load(), 100);
   }
+}
+
+// Note [Hand-off], step by step. Batches of 512 KiB make runs of two (handoff_bytes 1 MiB) and a
+// depth of 4; each step's read waits until the test opens its gate.
+TEST(LoaderHandOff, EachSideWaitsForARunOfTwo) {
+  constexpr std::int64_t kBytes = std::int64_t{512} << 10;
+  std::mutex mutex;
+  std::condition_variable opened;
+  std::int64_t gate = 0;  // steps below it may be read
+  std::atomic<int> reads{0};
+  const auto open_below = [&](std::int64_t step) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex);
+      gate = step;
+    }
+    opened.notify_all();
+  };
+  std::vector<std::vector<std::int64_t>> steps;
+  for (std::int64_t k = 0; k < 10; ++k) steps.push_back({k});
+  Loader loader(
+      [&](const std::vector<std::int64_t>& step) {
+        std::unique_lock<std::mutex> lock(mutex);
+        opened.wait(lock, [&] { return step[0] < gate; });
+        ++reads;
+        return Batch{at::zeros({kBytes - 8}, at::kChar), at::full({1}, step[0], at::kLong)};
+      },
+      steps, {1, 1});
+  open_below(1);
+  auto first = std::async(std::launch::async, [&] { return loader.next().target.item<std::int64_t>(); });
+  // Step 0 alone is no run: next() keeps waiting.
+  EXPECT_EQ(first.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  open_below(10);
+  ASSERT_EQ(first.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_EQ(first.get(), 0);
+  // One taken: the reader has read steps 0-3 (the room below 0 + depth 4, given with the first
+  // batch) and waits: next() gives more only at each second batch taken.
+  ASSERT_TRUE(reaches(reads, 4));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(reads.load(), 4);
+  EXPECT_EQ(loader.next().target.item<std::int64_t>(), 1);  // two taken: room below 2 + 4
+  ASSERT_TRUE(reaches(reads, 6));
+  EXPECT_EQ(loader.next().target.item<std::int64_t>(), 2);  // three: no more room yet
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(reads.load(), 6);
+  EXPECT_EQ(loader.next().target.item<std::int64_t>(), 3);  // four: room below 8
+  ASSERT_TRUE(reaches(reads, 8));
+  for (std::int64_t k = 4; k < 10; ++k) EXPECT_EQ(loader.next().target.item<std::int64_t>(), k);
 }
 
 TEST_F(LoaderTest, MissingShardAndWrongCountAreDataErrors) {

@@ -22,8 +22,8 @@ namespace hpctrain::data {
 struct LoaderOptions {
   int depth = 2;    // batches ready or being read ahead of next(); 0: read in next(), no threads
   int threads = 1;  // reading threads (with depth >= 1); depth is raised to at least this
-  // Bytes of batches handed over at once at least (Note [Hand-off] in loader.cpp): depth is
-  // raised to twice as many bytes. 0 keeps depth as it is.
+  // Bytes of batches a waiting side waits for (Note [Hand-off] in loader.cpp); depth is raised
+  // to hold two such runs. 0: one batch, and depth as it is.
   std::int64_t handoff_bytes = std::int64_t{1} << 20;
 };
 
@@ -46,6 +46,7 @@ class Loader {
 
  private:
   void produce(size_t first_step);
+  void stop_workers();
   void size_runs(const Batch& first);  // caller holds mutex_
   bool worth_waking_consumer() const;  // caller holds mutex_
 
@@ -53,10 +54,13 @@ class Loader {
   std::vector<std::vector<std::int64_t>> steps_;
   size_t depth_;  // batches ready or being read, at most; raised for small batches
   size_t threads_;
-  size_t handoff_;    // batches a waiting side waits for (Note [Hand-off])
   std::int64_t handoff_bytes_;
-  bool sized_ = false;  // depth_ and handoff_ set from the first batch read
-  size_t taken_ = 0;    // batches handed out by next()
+  // Note [Hand-off]: what a waiting side waits for, set from the first batch read (sized_).
+  size_t handoff_ = 1;
+  bool sized_ = false;
+  size_t room_limit_;      // the readers may read the steps below it
+  size_t taken_ = 0;       // batches handed out by next()
+  size_t ready_run_ = 0;   // steps from taken_ on that are ready, in a row
   bool consumer_waiting_ = false;
 
   std::mutex mutex_;
