@@ -185,9 +185,9 @@ std::vector<Option> build_table() {
           "Split evaluated at the end of every epoch; empty disables evaluation."),
       row("data.prefetch", &C::data, &DataConfig::prefetch, "2",
           "Batches read ahead of the training loop by the loader's threads; 0 reads each batch "
-          "in the training thread. Small batches are read further ahead, 2 MiB of them at least, "
-          "so that the threads hand batches over in runs of 1 MiB (a hand-off costs as much as "
-          "reading a small batch from memory).",
+          "in the training thread. Small batches are read further ahead, two runs of about 1 MiB "
+          "(at most 1,024 batches), and a thread that waits sleeps until a whole run can pass (a "
+          "hand-off costs as much as reading a small batch from memory).",
           at_least<I>(0)),
       row("data.loader_threads", &C::data, &DataConfig::loader_threads, "1",
           "Threads reading batches ahead (with data.prefetch >= 1). HDF5 reads are serialized; "

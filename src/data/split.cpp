@@ -221,9 +221,9 @@ void prefetch(const RowRun& run, std::int64_t row_bytes) {
 void Split::State::gather_rows(const std::vector<std::int64_t>& indices, std::uint8_t* input,
                                std::int64_t* target) const {
   const auto row = static_cast<size_t>(row_bytes);
-  // A split held whole is copied after all its runs are found, a few runs ahead prefetched: a
-  // shuffled batch from memory then runs at 1.5-2x the rate of copying each row as it is found
-  // (bench data, docs/benchmarks.md). Blocks that may be evicted are copied from at once, the
+  // A split held whole is copied after all its runs are found, a few runs ahead prefetched (in
+  // back-to-back runs of bench data, shuffled batches from memory came faster than copying each
+  // row as it is found; docs/benchmarks.md). Blocks that may be evicted are copied from at once, the
   // last few used held here, so a batch drawn from a few blocks (a shuffle by chunks) takes the
   // lock of block() once per block, not once per row.
   std::array<std::pair<std::int64_t, std::shared_ptr<const Block>>, 4> recent;
