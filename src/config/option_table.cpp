@@ -331,10 +331,18 @@ std::vector<Option> build_table() {
           at_least<I>(0)),
       row("train.precision", &C::train, &TrainConfig::precision, "fp32",
           "fp32; bf16: the forward pass under autocast in bfloat16 (CPU and CUDA); fp16: autocast "
-          "in float16 with dynamic loss scaling (CUDA only; a step whose gradients overflow is "
-          "skipped on every rank and the scale halved, as GradScaler does). Weights, gradients "
+          "in float16 (CUDA only) with dynamic loss scaling (train.loss_scale). Weights, gradients "
           "and optimizer state stay float32; evaluation runs in float32.",
           one_of({"fp32", "bf16", "fp16"})),
+      row("train.loss_scale", &C::train, &TrainConfig::loss_scale, "auto",
+          "Dynamic loss scaling, as GradScaler does it: the loss is multiplied by a scale before "
+          "backward and the averaged gradients divided by it; a step whose gradients hold inf or "
+          "NaN is skipped on every rank (it still counts towards train.max_steps and the LR "
+          "schedule) and the scale halved; after 2000 good steps in a row it doubles. auto: "
+          "dynamic with fp16, none otherwise; dynamic: also with fp32 or bf16; none: never.",
+          one_of({"auto", "dynamic", "none"})),
+      row("train.loss_scale_init", &C::train, &TrainConfig::loss_scale_init, "65536",
+          "The loss scale a run starts from (a resume continues the checkpoint's).", positive()),
       row("train.label_smoothing", &C::train, &TrainConfig::label_smoothing, "0",
           "Label smoothing of the training loss (cross-entropy against (1-e) one-hot + e/classes).",
           in_unit_interval()),

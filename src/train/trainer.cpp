@@ -306,7 +306,12 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
   s.grad_sync = std::make_unique<ddp::GradSync>(*s.comm, parameters, sync_options);
   s.synchronize_batch_norm();
   s.optimizer = make_optimizer(s.config().optim, named);
-  if (s.config().train.precision == "fp16") s.loss_scaler.emplace();
+  const config::TrainConfig& train = s.config().train;
+  if (train.loss_scale == "dynamic" || (train.loss_scale == "auto" && train.precision == "fp16")) {
+    LossScalerOptions scaling;
+    scaling.initial_scale = train.loss_scale_init;
+    s.loss_scaler.emplace(scaling);
+  }
   s.parameter_names = names_in_optimizer_order(*s.optimizer, named);
   // Dropout masks differ per rank (as separate processes would in PyTorch DDP), reproducibly.
   torch::manual_seed(static_cast<std::uint64_t>(s.config().train.seed) * 1000003ULL +
@@ -650,7 +655,12 @@ void Trainer::State::resume() {
   step = meta.step;
   start_epoch = meta.epoch;
   start_cursor = meta.cursor;
-  if (loss_scaler && reader.has_group("loss_scaler")) loss_scaler->load_state(reader.read_group("loss_scaler"));
+  if (loss_scaler && reader.has_group("loss_scaler")) {
+    loss_scaler->load_state(reader.read_group("loss_scaler"));
+  } else if (loss_scaler) {
+    log::warn("checkpoint {} holds no loss scale (written without loss scaling); starting from "
+              "train.loss_scale_init={}", chosen, config().train.loss_scale_init);
+  }
   for (const auto& [name, value] : reader.read_group("metrics")) {
     if (name == "best_test_acc") best_test_acc = value.item<double>();
     if (name == "best_test_loss") best_test_loss = value.item<double>();

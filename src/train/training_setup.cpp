@@ -72,7 +72,7 @@ data::TokenStream load_token_split(const config::Config& config, const std::stri
 TrainingSetup prepare_training(const config::Config& config, bool need_train_split) {
   const bool use_cuda = resolve_use_cuda(config.dist.device, visible_gpus());
   comm::validate_backend(config.dist.backend, use_cuda);
-  if (config.train.precision == "fp16" && !use_cuda) {
+  if (need_train_split && config.train.precision == "fp16" && !use_cuda) {  // eval runs in float32
     throw ConfigError("train.precision=fp16 needs a GPU (dist.device=cuda or auto with one visible): on the CPU "
                       "autocast computes in bfloat16 only; use train.precision=bf16 there");
   }

@@ -322,9 +322,12 @@ TEST(LoaderHandOff, EachSideWaitsForARunOfTwo) {
         return Batch{at::zeros({kBytes - 8}, at::kChar), at::full({1}, step[0], at::kLong)};
       },
       steps, {1, 1});
-  open_below(1);
+  // next() is called before any batch is ready (one that is ready it takes at once), so it
+  // waits; then step 0 alone is no run, and it keeps waiting.
   auto first = std::async(std::launch::async, [&] { return loader.next().target.item<std::int64_t>(); });
-  // Step 0 alone is no run: next() keeps waiting.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  open_below(1);
+  ASSERT_TRUE(reaches(reads, 1));
   EXPECT_EQ(first.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
   open_below(10);
   ASSERT_EQ(first.wait_for(std::chrono::seconds(20)), std::future_status::ready);

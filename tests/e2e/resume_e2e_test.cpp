@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -241,6 +242,57 @@ TEST_F(ResumeEndToEnd, BfloatSixteenTrainsLikeFloatThirtyTwo) {
   ASSERT_EQ(last_loss.size(), 2u);
   EXPECT_NE(last_loss["fp32"], last_loss["bf16"]) << "bf16 computed exactly what fp32 did: no autocast?";
   EXPECT_NEAR(last_loss["bf16"], last_loss["fp32"], 0.05 * last_loss["fp32"] + 0.02);
+}
+
+// The last value of `key` in a run's metrics.jsonl (NaN when no record has it).
+double last_metric(const std::string& metrics_path, const std::string& key) {
+  double value = std::nan("");
+  std::istringstream metrics(read_file(metrics_path));
+  for (std::string line; std::getline(metrics, line);) {
+    const auto at = line.find("\"" + key + "\":");
+    if (at != std::string::npos) value = std::stod(line.substr(at + key.size() + 3));
+  }
+  return value;
+}
+
+// Loss scaling (train.loss_scale; fp16's, here in fp32 on the CPU): scaling the loss by a power
+// of two and the averaged gradients back is exact, so 12 steps of 2 micro-batches at -np 2 end
+// with the same bits as without it. A scaled loss that is never unscaled, or unscaled twice,
+// changes them (AdamW's eps sees the gradients' size).
+TEST_F(ResumeEndToEnd, LossScalingByAPowerOfTwoChangesNoBit) {
+  for (const char* scaling : {"none", "dynamic"}) {
+    const ProcessResult r = run_command(train(2, std::string("scale-") + scaling,
+                                              std::string("--train.max_steps=12 --train.accum_steps=2 "
+                                                          "--train.loss_scale_init=1024 --train.loss_scale=") +
+                                                  scaling));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  expect_same_tensors(work_ + "/scale-none/checkpoints/ckpt-12.h5", work_ + "/scale-dynamic/checkpoints/ckpt-12.h5",
+                      {"model", "optim"});
+  EXPECT_EQ(last_metric(work_ + "/scale-dynamic/metrics.jsonl", "loss_scale"), 1024.0);
+  EXPECT_EQ(last_metric(work_ + "/scale-dynamic/metrics.jsonl", "skipped_steps"), 0.0);
+  EXPECT_TRUE(std::isnan(last_metric(work_ + "/scale-none/metrics.jsonl", "loss_scale")));
+}
+
+// A scale of 1e40 overflows float32 (the scaled loss is inf already): those steps are skipped on
+// both ranks alike (the replica check every step passes) and the scale halves until it fits. Stopped at step 11
+// and resumed, the run continues from the checkpoint's scale and ends as one that never stopped;
+// a resume that started again from 1e38 would skip steps anew.
+TEST_F(ResumeEndToEnd, OverflowingStepsAreSkippedAndTheScaleSurvivesAResume) {
+  const std::string scaled = "--train.loss_scale=dynamic --train.loss_scale_init=1e40 --dist.check_replicas_every=1 ";
+  const ProcessResult whole = run_command(train(2, "overflow-whole", scaled + "--train.max_steps=30"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const double skipped = last_metric(work_ + "/overflow-whole/metrics.jsonl", "skipped_steps");
+  EXPECT_GE(skipped, 1.0) << whole.err;
+  EXPECT_LT(skipped, 30.0) << whole.err;
+  EXPECT_LT(last_metric(work_ + "/overflow-whole/metrics.jsonl", "loss_scale"), 3.5e38);
+  EXPECT_TRUE(std::isfinite(last_metric(work_ + "/overflow-whole/metrics.jsonl", "loss")));
+
+  ASSERT_EQ(run_command(train(2, "overflow-split", scaled + "--train.max_steps=11")).exit_code, 0);
+  const ProcessResult resumed = run_command(train(2, "overflow-split", scaled + "--train.max_steps=30"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  expect_same_tensors(work_ + "/overflow-whole/checkpoints/ckpt-30.h5",
+                      work_ + "/overflow-split/checkpoints/ckpt-30.h5", {"model", "optim", "loss_scaler"});
 }
 
 // `hpctrain eval` of one checkpoint gives the same loss and accuracy at any world size: every

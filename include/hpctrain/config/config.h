@@ -69,7 +69,9 @@ struct TrainConfig {
   std::int64_t accum_steps = 1;  // micro-batches per optimizer step
   std::int64_t global_batch = 0;  // when set, accum_steps follows from it and the world size
   double label_smoothing = 0.0;
-  std::string precision;  // fp32 | bf16 (autocast in the forward pass)
+  std::string precision;  // fp32 | bf16 | fp16 (autocast in the forward pass)
+  std::string loss_scale;  // auto | dynamic | none (auto: dynamic with fp16)
+  double loss_scale_init = 65536.0;
   bool shuffle = true;
   bool drop_last = false;
 };

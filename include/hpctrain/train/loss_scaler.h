@@ -1,9 +1,11 @@
-// Dynamic loss scaling for train.precision=fp16, as torch.cuda.amp.GradScaler does it. fp16's
+// Dynamic loss scaling (train.loss_scale; on by default with train.precision=fp16), as
+// torch.cuda.amp.GradScaler does it. fp16's
 // smallest normal number is 6e-5, so small gradients computed in it flush to zero: the loss is
 // multiplied by scale() before backward, and once the gradients are averaged, unscale() divides
 // them back and says whether any is inf or NaN. A step with one is skipped and the scale halved;
-// after growth_interval good steps in a row it doubles. Averaged gradients are equal on every
-// rank, so every rank decides alike. Depends on ATen and ckpt (for the checkpoint's NamedTensors).
+// after growth_interval good steps in a row it doubles. The allreduce gives every rank the same
+// averaged gradients, bit for bit (as PyTorch DDP assumes too), so every rank decides alike.
+// Depends on ATen and ckpt (for the checkpoint's NamedTensors).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -35,7 +37,8 @@ class LossScaler {
   std::int64_t skipped_steps() const { return skipped_; }
 
   // {"scale", "good_steps", "skipped_steps"} for a checkpoint, and back (a resume continues the
-  // growth count where it stopped). load_state throws CheckpointError on a missing or bad entry.
+  // growth count where it stopped). load_state throws CheckpointError when an entry is not a
+  // scalar or the scale is missing, not finite or not positive.
   ckpt::NamedTensors state() const;
   void load_state(const ckpt::NamedTensors& stored);
 
