@@ -24,6 +24,7 @@ namespace {
 using json = nlohmann::json;
 
 const std::string kBin = HPCTRAIN_BIN;
+const std::string kSource = HPCTRAIN_SOURCE_DIR;
 
 class LanguageModelEndToEnd : public ::testing::Test {
  protected:
@@ -100,6 +101,19 @@ TEST_F(LanguageModelEndToEnd, TrainsWithTokensPerSecondAndPerplexityAndEvaluates
     EXPECT_NE(e.err.find(expected.str()), std::string::npos) << ranks << " rank(s): expected '" << expected.str()
                                                              << "' in\n" << e.err;
   }
+
+  // The PyTorch gpt of jobs/bench/ddp_reference.py (the benchmarks' reference) is the same
+  // network: the exported weights load into it strictly and give the same held-out loss.
+  const std::string exported = work_ + "/lm.pt";
+  ASSERT_EQ(run_command(kBin + " ckpt export " + work_ + "/lm/checkpoints/ckpt-20.h5 --to state_dict --out " +
+                        exported).exit_code, 0);
+  const ProcessResult reference = run_command(
+      "/usr/bin/python3 " + kSource + "/jobs/bench/ddp_reference.py --model gpt --data " + work_ +
+      "/text.txt --check-state-dict " + exported + " --layers 2 --heads 2 --embd 32 --block-size 32");
+  ASSERT_EQ(reference.exit_code, 0) << reference.err;
+  const json scored = json::parse(reference.out);
+  EXPECT_NEAR(scored["test_loss"].get<double>(), (*eval)["test_loss"].get<double>(),
+              1e-5 * (*eval)["test_loss"].get<double>()) << reference.out;
 }
 
 TEST_F(LanguageModelEndToEnd, StoppedAndResumedEqualsUninterruptedAndContinuesOnThreeRanks) {

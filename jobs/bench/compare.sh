@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# hpctrain against PyTorch DistributedDataParallel on this machine, taken side by side:
+#   jobs/bench/compare.sh [--quick] [--pairs N] [--bin PATH] [--out DIR]
+# For each case it runs hpctrain, then the PyTorch reference (jobs/bench/ddp_reference.py under
+# jobs/bench/torchrun.py) with glibc's default malloc, then the reference again with the malloc
+# thresholds that make PyTorch faster on CPU (GLIBC_TUNABLES; hpctrain sets them with mallopt), and
+# repeats that --pairs times (A B B' A B B' ...), so drift on the machine hits all three alike.
+# Cases, every rank with one intra-op thread:
+#   fashion_cnn, 2 ranks, batch 64 and batch 8 per rank (samples/s), and 1 rank at batch 64
+#   (scaling efficiency = rate at 2 ranks / (2 x rate at 1 rank));
+#   the gpt of configs/text_gpt.ini, 2 ranks, batch 32 (tokens/s), on Debian's licence texts.
+# Rates are taken over the steps after the first --warmup (hpctrain: its progress records after
+# the first; the reference: timed from the end of that step). Peak RSS is rank 0's.
+# Writes DIR/compare.md (medians, min-max, ratios against the faster PyTorch setting) and
+# DIR/compare.png (gnuplot), and prints the table. --quick: 3 pairs of short runs (a few
+# minutes); default: 5 pairs of longer runs.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+quick=0
+pairs=""
+bin=""
+out=build/compare
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1; shift ;;
+    --pairs) pairs=$2; shift 2 ;;
+    --bin) bin=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) echo "compare.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+if [ -z "$bin" ]; then
+  bin=build/release/src/hpctrain
+  [ -x "$bin" ] || bin=build/dev/src/hpctrain
+fi
+[ -x "$bin" ] || { echo "compare.sh: no hpctrain binary (jobs/build.sh release, or --bin PATH)" >&2; exit 2; }
+python=/usr/bin/python3  # Debian's, which has torch
+"$python" -c 'import torch.distributed as d; assert d.is_gloo_available()' ||
+  { echo "compare.sh: $python has no torch with gloo (apt-get install python3-torch)" >&2; exit 2; }
+if [ $quick -eq 1 ]; then
+  pairs=${pairs:-3}; cnn_steps=90; cnn_warmup=30; gpt_steps=16; gpt_warmup=4
+else
+  pairs=${pairs:-5}; cnn_steps=400; cnn_warmup=100; gpt_steps=80; gpt_warmup=20
+fi
+[ "$pairs" -ge 3 ] || { echo "compare.sh: --pairs must be >= 3" >&2; exit 2; }
+
+source jobs/env.sh
+mkdir -p "$out"
+out=$(realpath "$out")
+fashion=/usr/share/datasets/fashion-mnist
+text=/usr/share/common-licenses
+[ -f "$out/fashion-mnist/manifest.json" ] ||
+  "$bin" prepare fashion-mnist --source "$fashion" --out "$out/fashion-mnist" > /dev/null 2>&1
+[ -f "$out/text/manifest.json" ] || "$bin" prepare text --source "$text" --out "$out/text" > /dev/null 2>&1
+results="$out/results.tsv"  # case, program, rate, peak RSS MiB
+: > "$results"
+tuned="glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=268435456"
+
+# The mean of KEY over a run's progress records after the first.
+steady() { "$python" -c 'import json,sys
+r=[json.loads(l) for l in open(sys.argv[1]) if sys.argv[2] in l][1:]
+print(sum(x[sys.argv[2]] for x in r)/len(r), r[-1]["peak_rss_mb"])' "$1" "$2"; }
+
+# run_hpctrain CASE RANKS BATCH STEPS WARMUP CONFIG KEY [OPTIONS...]
+run_hpctrain() {
+  local name=$1 ranks=$2 batch=$3 steps=$4 warmup=$5 config=$6 key=$7
+  shift 7
+  local run="$out/runs/$name-hpctrain"
+  rm -rf "$run"
+  mpirun -np "$ranks" "$bin" train --config "$config" --run.dir="$run" --train.threads=1 \
+    --train.batch_size="$batch" --train.max_steps="$steps" --log.every_steps="$warmup" \
+    --data.eval_split= "$@" > "$out/last-hpctrain.log" 2>&1 ||
+    { tail -n 5 "$out/last-hpctrain.log" >&2; exit 1; }
+  read -r rate rss < <(steady "$run/metrics.jsonl" "$key")
+  printf '%s\thpctrain\t%s\t%s\n' "$name" "$rate" "$rss" >> "$results"
+}
+
+# run_reference CASE RANKS BATCH STEPS WARMUP MALLOC(default|tuned) ARGS...
+run_reference() {
+  local name=$1 ranks=$2 batch=$3 steps=$4 warmup=$5 malloc=$6
+  shift 6
+  local env=(env HPCTRAIN_BENCH_LAUNCH_NS="$(date +%s%N)")
+  [ "$malloc" = tuned ] && env+=(GLIBC_TUNABLES="$tuned")
+  "${env[@]}" "$python" jobs/bench/torchrun.py --nproc_per_node="$ranks" jobs/bench/ddp_reference.py \
+    --batch-size "$batch" --steps "$steps" --warmup "$warmup" "$@" > "$out/last-reference.log" 2>&1 ||
+    { tail -n 5 "$out/last-reference.log" >&2; exit 1; }
+  "$python" -c 'import json,sys
+r=json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])
+print(sys.argv[2], "pytorch-" + sys.argv[3], r["rate"], r["peak_rss_mb"][0], sep="\t")' \
+    "$out/last-reference.log" "$name" "$malloc" >> "$results"
+}
+
+# one_case CASE RANKS BATCH STEPS WARMUP: hpctrain, then both references, for one model.
+cnn_case() {
+  run_hpctrain "$1" "$2" "$3" "$cnn_steps" "$cnn_warmup" configs/fashion_cnn.ini samples_per_s \
+    --data.path="$out/fashion-mnist"
+  for malloc in default tuned; do
+    run_reference "$1" "$2" "$3" "$cnn_steps" "$cnn_warmup" "$malloc" --model fashion_cnn --data "$fashion"
+  done
+}
+gpt_case() {
+  run_hpctrain gpt 2 32 "$gpt_steps" "$gpt_warmup" configs/text_gpt.ini tokens_per_s --data.path="$out/text"
+  for malloc in default tuned; do
+    run_reference gpt 2 32 "$gpt_steps" "$gpt_warmup" "$malloc" --model gpt --data "$text"
+  done
+}
+
+for pair in $(seq "$pairs"); do
+  echo "pair $pair of $pairs" >&2
+  cnn_case fashion_cnn-b64-2r 2 64
+  cnn_case fashion_cnn-b8-2r 2 8
+  cnn_case fashion_cnn-b64-1r 1 64
+  gpt_case
+done
+
+"$python" - "$results" "$out" "$(date -u +%Y-%m-%d)" "$(lscpu | sed -n 's/^Model name: *//p')" \
+  "$(nproc)" "$("$bin" --version | head -n 1)" <<'EOF'
+import statistics, sys
+from collections import defaultdict
+results, out, day, cpu, cores, version = sys.argv[1:7]
+rates, rss = defaultdict(list), defaultdict(list)
+for line in open(results):
+    case, program, rate, peak = line.split("\t")
+    rates[case, program].append(float(rate))
+    rss[case, program].append(float(peak))
+med = {k: statistics.median(v) for k, v in rates.items()}
+def cell(case, program):
+    v = rates[case, program]
+    return f"{med[case, program]:,.0f} ({min(v):,.0f}–{max(v):,.0f})"
+cases = [("fashion_cnn-b64-2r", "fashion_cnn, 2 ranks x 1 thread, batch 64, samples/s", 1.05),
+         ("fashion_cnn-b8-2r", "fashion_cnn, 2 ranks x 1 thread, batch 8, samples/s", 1.3),
+         ("fashion_cnn-b64-1r", "fashion_cnn, 1 rank, batch 64, samples/s", None),
+         ("gpt", "gpt (text_gpt.ini), 2 ranks, batch 32, tokens/s", None)]
+lines = [f"{day}, {cpu}, {cores} cores; {version}; PyTorch: Debian's python3-torch, gloo.",
+         f"Median (min–max) of {len(rates['gpt', 'hpctrain'])} alternating runs each.", "",
+         "| case | hpctrain | PyTorch DDP | PyTorch DDP, tuned malloc | hpctrain / faster PyTorch | target |",
+         "|---|---|---|---|---|---|"]
+ratios = []
+for case, title, target in cases:
+    best = max(med[case, "pytorch-default"], med[case, "pytorch-tuned"])
+    ratio = med[case, "hpctrain"] / best
+    ratios.append((case, ratio))
+    lines.append(f"| {title} | {cell(case, 'hpctrain')} | {cell(case, 'pytorch-default')} | "
+                 f"{cell(case, 'pytorch-tuned')} | {ratio:.2f}x | {f'>= {target}x' if target else '-'} |")
+for program in ("hpctrain", "pytorch-default", "pytorch-tuned"):
+    one, two = med["fashion_cnn-b64-1r", program], med["fashion_cnn-b64-2r", program]
+    lines.append(f"| scaling efficiency 1 -> 2 ranks, {program} | {two / (2 * one):.1%} | | | | >= 95% |")
+for program in ("hpctrain", "pytorch-default", "pytorch-tuned"):
+    lines.append(f"| peak RSS of rank 0, fashion_cnn b64 2 ranks, {program} | "
+                 f"{statistics.median(rss['fashion_cnn-b64-2r', program]):,.0f} MiB | | | | hpctrain <= 0.6x |")
+open(f"{out}/compare.md", "w").write("\n".join(lines) + "\n")
+with open(f"{out}/ratios.dat", "w") as f:
+    for case, ratio in ratios:
+        f.write(f"{case} {ratio}\n")
+print("\n".join(lines))
+EOF
+if command -v gnuplot > /dev/null; then
+  gnuplot <<EOF
+set terminal png size 900,450 noenhanced
+set output "$out/compare.png"
+set title "hpctrain / the faster PyTorch DDP setting (median of alternating runs)"
+set style fill solid 0.6
+set boxwidth 0.6
+set yrange [0:*]
+set grid y
+set xtics noenhanced
+plot "$out/ratios.dat" using 0:2:xtic(1) with boxes notitle, 1 with lines dashtype 2 title "parity"
+EOF
+fi
