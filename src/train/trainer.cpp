@@ -28,6 +28,7 @@
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/device.h"
 #include "hpctrain/train/global_batch.h"
+#include "hpctrain/train/loss_scaler.h"
 #include "hpctrain/train/lr_schedule.h"
 #include "hpctrain/train/metrics_writer.h"
 #include "hpctrain/train/optimizer.h"
@@ -36,7 +37,6 @@
 #include "hpctrain/train/step_timing.h"
 #include "hpctrain/train/train_state.h"
 #include "autocast.h"
-#include "hpctrain/train/loss_scaler.h"
 
 namespace hpctrain::train {
 namespace {
@@ -114,7 +114,7 @@ struct Trainer::State {
   std::int64_t accum = 1;     // micro-batches per optimizer step (train.global_batch or accum_steps)
   double peak_lr = 0.0;       // optim.lr scaled for the global batch (optim.lr_scaling)
   std::optional<double> grad_norm;  // of the last step's averaged gradients, when computed
-  std::optional<LossScaler> loss_scaler;  // train.precision=fp16
+  std::optional<LossScaler> loss_scaler;  // train.loss_scale (on by default with fp16)
   std::int64_t step = 0;         // optimizer steps taken
   std::int64_t total_steps = 0;  // of the whole run, for the schedule
   std::int64_t steps_per_full_epoch = 0;  // at this run's world size, for the ETA
@@ -455,7 +455,7 @@ void Trainer::State::train_epoch(std::int64_t epoch, const EpochPlan& plan, std:
     const bool last = i + 1 == steps_per_epoch ||
                       (config().train.max_steps > 0 && step + 1 >= config().train.max_steps);
     const bool log_now = (step + 1) % config().log.every_steps == 0 || last;
-    // fp16: a step whose averaged gradients overflowed is skipped on every rank (they are equal).
+    // Loss scaling: a step whose averaged gradients overflowed is skipped on every rank (they are equal).
     const bool finite = !loss_scaler || loss_scaler->unscale(gradients());
     if (loss_scaler) loss_scaler->update(finite);
     grad_norm = finite ? clip_gradients(log_now) : std::nullopt;
