@@ -224,26 +224,6 @@ TEST_F(ResumeEndToEnd, SigusrOneCheckpointsExitsSeventyFiveAndTheRunResumes) {
       << resumed.err;
 }
 
-// train.precision=bf16: the forward pass in bfloat16 changes the numbers (so autocast is on) but
-// not where training goes: after 15 steps the loss is close to float32's.
-TEST_F(ResumeEndToEnd, BfloatSixteenTrainsLikeFloatThirtyTwo) {
-  std::map<std::string, double> last_loss;
-  for (const char* precision : {"fp32", "bf16"}) {
-    const std::string run = std::string("precision-") + precision;
-    const ProcessResult r = run_command(
-        train(2, run, std::string("--train.max_steps=15 --log.every_steps=5 --train.precision=") + precision));
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    std::istringstream metrics(read_file(work_ + "/" + run + "/metrics.jsonl"));
-    for (std::string line; std::getline(metrics, line);) {
-      const auto at = line.find("\"loss\":");
-      if (at != std::string::npos) last_loss[precision] = std::stod(line.substr(at + 7));
-    }
-  }
-  ASSERT_EQ(last_loss.size(), 2u);
-  EXPECT_NE(last_loss["fp32"], last_loss["bf16"]) << "bf16 computed exactly what fp32 did: no autocast?";
-  EXPECT_NEAR(last_loss["bf16"], last_loss["fp32"], 0.05 * last_loss["fp32"] + 0.02);
-}
-
 // The last value of `key` in a run's metrics.jsonl (NaN when no record has it).
 double last_metric(const std::string& metrics_path, const std::string& key) {
   double value = std::nan("");
@@ -253,6 +233,22 @@ double last_metric(const std::string& metrics_path, const std::string& key) {
     if (at != std::string::npos) value = std::stod(line.substr(at + key.size() + 3));
   }
   return value;
+}
+
+// train.precision=bf16: the forward pass in bfloat16 changes the numbers (so autocast is on) but
+// not where training goes: after 15 steps the loss is close to float32's.
+TEST_F(ResumeEndToEnd, BfloatSixteenTrainsLikeFloatThirtyTwo) {
+  std::map<std::string, double> last_loss;
+  for (const char* precision : {"fp32", "bf16"}) {
+    const std::string run = std::string("precision-") + precision;
+    const ProcessResult r = run_command(
+        train(2, run, std::string("--train.max_steps=15 --log.every_steps=5 --train.precision=") + precision));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    last_loss[precision] = last_metric(work_ + "/" + run + "/metrics.jsonl", "loss");
+  }
+  ASSERT_EQ(last_loss.size(), 2u);
+  EXPECT_NE(last_loss["fp32"], last_loss["bf16"]) << "bf16 computed exactly what fp32 did: no autocast?";
+  EXPECT_NEAR(last_loss["bf16"], last_loss["fp32"], 0.05 * last_loss["fp32"] + 0.02);
 }
 
 // Loss scaling (train.loss_scale; fp16's, here in fp32 on the CPU): scaling the loss by a power
