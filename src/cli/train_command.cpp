@@ -1,4 +1,5 @@
 // `hpctrain train`: parse and check everything, then start MPI, create the run directory, train.
+#include <cstdio>
 #include <iostream>
 
 #include "hpctrain/cli/commands.h"
@@ -63,6 +64,12 @@ int run_train(const Args& args) {
     }
     log::shutdown();
     return static_cast<int>(ExitCode::kStopped);
+  }
+  if (!summary.failure.empty()) {
+    // Every rank reached the same verdict from the same averaged gradients: one line, no abort.
+    if (bootstrap->world_rank() == 0) std::fprintf(stderr, "hpctrain: error: %s\n", summary.failure.c_str());
+    log::shutdown();
+    return static_cast<int>(ExitCode::kNonfinite);
   }
   if (summary.last_eval && summary.last_eval->language_model()) {
     log::info("done: {} steps, test loss {:.4f}, perplexity {:.2f}, next-token accuracy {:.4f}", summary.steps,

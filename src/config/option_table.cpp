@@ -343,6 +343,16 @@ std::vector<Option> build_table() {
           one_of({"auto", "dynamic", "none"})),
       row("train.loss_scale_init", &C::train, &TrainConfig::loss_scale_init, "65536",
           "The loss scale a run starts from (a resume continues the checkpoint's).", positive()),
+      row("train.nonfinite", &C::train, &TrainConfig::nonfinite, "skip",
+          "A step whose averaged gradients hold inf or NaN (on any rank: the average spreads it "
+          "to all) -- skip: not applied on any rank, counted in the metrics' skipped_steps; abort: "
+          "the run stops at once (exit code 6) after checkpointing the last good state. Dynamic "
+          "loss scaling skips overflowing steps by design and needs skip.",
+          one_of({"skip", "abort"})),
+      row("train.max_skipped", &C::train, &TrainConfig::max_skipped, "20",
+          "More skipped steps than this in a row stop the run as train.nonfinite=abort does, "
+          "naming the step, the first non-finite gradient and the ranks whose loss was not finite.",
+          at_least<I>(0)),
       row("train.label_smoothing", &C::train, &TrainConfig::label_smoothing, "0",
           "Label smoothing of the training loss (cross-entropy against (1-e) one-hot + e/classes).",
           in_unit_interval()),

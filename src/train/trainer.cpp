@@ -31,6 +31,7 @@
 #include "hpctrain/train/loss_scaler.h"
 #include "hpctrain/train/lr_schedule.h"
 #include "hpctrain/train/metrics_writer.h"
+#include "hpctrain/train/nonfinite.h"
 #include "hpctrain/train/optimizer.h"
 #include "hpctrain/train/resume_policy.h"
 #include "hpctrain/train/step_loss.h"
@@ -108,13 +109,16 @@ struct Trainer::State {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<ddp::GradSync> grad_sync;
   std::vector<at::Tensor> buffers;
+  std::vector<at::Tensor> buffers_before_step;  // restored when a step is skipped
   MetricsWriter metrics;
   std::vector<std::string> parameter_names;  // in the optimizer's order
   std::vector<at::Tensor> parameters;        // in the module's order
+  std::vector<std::string> gradient_names;   // of `parameters`, for messages
   std::int64_t accum = 1;     // micro-batches per optimizer step (train.global_batch or accum_steps)
   double peak_lr = 0.0;       // optim.lr scaled for the global batch (optim.lr_scaling)
   std::optional<double> grad_norm;  // of the last step's averaged gradients, when computed
   std::optional<LossScaler> loss_scaler;  // train.loss_scale (on by default with fp16)
+  SkippedSteps skipped;                   // train.nonfinite, train.max_skipped
   std::int64_t step = 0;         // optimizer steps taken
   std::int64_t total_steps = 0;  // of the whole run, for the schedule
   std::int64_t steps_per_full_epoch = 0;  // at this run's world size, for the ETA
@@ -130,13 +134,15 @@ struct Trainer::State {
   std::int64_t written_epoch = -1;
   std::int64_t written_cursor = -1;
   bool stopped = false;  // the ranks agreed to stop on a signal
+  std::string failure;   // why non-finite steps stopped the run (all ranks alike), or ""
   Timer since_checkpoint;  // for ckpt.every_minutes (rank 0's decides)
   BackgroundJob checkpoint_writer;  // ckpt.async, on rank 0; last, so destroyed (joined) first
 
   State(TrainingSetup s, comm::Bootstrap& b, RunDirectory dir)
       : setup(std::move(s)), bootstrap(b), run_dir(std::move(dir)),
         device(device_for_rank(setup.use_cuda, b.topology(), setup.config.dist.allow_shared_gpu)),
-        metrics(run_dir.metrics_path(), b.world_rank() == 0) {}
+        metrics(run_dir.metrics_path(), b.world_rank() == 0),
+        skipped({setup.config.train.nonfinite == "abort", setup.config.train.max_skipped}) {}
 
   const config::Config& config() const { return setup.config; }
   model::Model& net() { return *setup.model; }
@@ -262,7 +268,14 @@ struct Trainer::State {
     return setup.train_split ? setup.train_split->normalize(input) : input;
   }
   void log_progress(std::int64_t epoch, std::int64_t step_in_epoch, std::int64_t steps_per_epoch,
-                    at::Tensor& loss_sum, double& real_samples, Timer& interval, IntervalTimes& times);
+                    at::Tensor& loss_sum, double& loss_samples, double& real_samples, Timer& interval,
+                    IntervalTimes& times);
+  // Collective: "the averaged gradient of 'fc1.weight' holds inf or NaN (the loss was not finite
+  // on rank(s) 1)" for the step being taken; `rank_loss` is this rank's loss of the step.
+  std::string describe_nonfinite(const at::Tensor& rank_loss);
+  // Collective: after a non-finite step that ends the run (train.nonfinite, train.max_skipped),
+  // checkpoints the last good state (the step was not applied) and says why in `failure`.
+  void stop_on_nonfinite(const at::Tensor& rank_loss);
   std::optional<EvalResult> evaluate_epoch(std::int64_t epoch);
   // Collective: a checkpoint of the current position (epoch_now, cursor_now); `best`: also
   // named by checkpoints/best (ckpt.keep_best), which pruning spares. With ckpt.async rank 0
@@ -287,6 +300,7 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
                                    s.config().dist.timeout_s);
   std::vector<at::Tensor> everything = module.parameters();
   s.buffers = buffers_of(module);
+  for (const auto& b : s.buffers) s.buffers_before_step.push_back(b.detach().clone());
   everything.insert(everything.end(), s.buffers.begin(), s.buffers.end());
   ddp::broadcast_tensors(*s.comm, everything, 0);
   // Only parameters that learn get gradients averaged, clipped and stepped: a frozen one (a
@@ -298,6 +312,7 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
   std::vector<at::Tensor> parameters;
   for (const auto& [name, p] : named) parameters.push_back(p);
   s.parameters = parameters;
+  for (const auto& [name, p] : named) s.gradient_names.push_back(name);
   ddp::GradSyncOptions sync_options;
   sync_options.bucket_bytes = static_cast<std::int64_t>(s.config().dist.bucket_mb * (1 << 20));
   sync_options.overlap = s.config().dist.overlap;
@@ -307,7 +322,7 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
   s.synchronize_batch_norm();
   s.optimizer = make_optimizer(s.config().optim, named);
   const config::TrainConfig& train = s.config().train;
-  if (train.loss_scale == "dynamic" || (train.loss_scale == "auto" && train.precision == "fp16")) {
+  if (uses_loss_scaling(train)) {
     LossScalerOptions scaling;
     scaling.initial_scale = train.loss_scale_init;
     s.loss_scaler.emplace(scaling);
@@ -417,7 +432,8 @@ void Trainer::State::train_epoch(std::int64_t epoch, const EpochPlan& plan, std:
   // Over this rank's real samples since the last log line. The loss stays on the device, so a
   // step never waits for the GPU to report it.
   at::Tensor loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
-  double real_samples = 0.0;
+  double loss_samples = 0.0;  // of the steps applied (a skipped step's loss may be NaN)
+  double real_samples = 0.0;  // of every step, for the rate
   for (std::int64_t i = 0; i < steps_per_epoch && !step_limit_reached(); ++i) {
     const std::int64_t first = i * accum;
     const std::int64_t count = std::min(accum, micro_batches - first);
@@ -426,8 +442,13 @@ void Trainer::State::train_epoch(std::int64_t epoch, const EpochPlan& plan, std:
     // the step's real samples, as one process on the whole global batch would compute it.
     std::int64_t step_real = 0;
     for (std::int64_t j = first; j < first + count; ++j) step_real += plans[static_cast<size_t>(j)].global_real;
+    at::Tensor step_loss_sum = torch::zeros({}, loss_sum.options());  // this rank's
+    double step_samples = 0.0;
 
     sync_buffers();
+    // The forward pass updates BatchNorm's running statistics; a skipped step must not, so a NaN
+    // in its activations cannot reach them.
+    for (size_t b = 0; b < buffers.size(); ++b) buffers_before_step[b].copy_(buffers[b]);
     optimizer->zero_grad();
     for (std::int64_t j = first; j < first + count; ++j) {
       const data::SamplerStep& micro = plans[static_cast<size_t>(j)];
@@ -445,8 +466,8 @@ void Trainer::State::train_epoch(std::int64_t epoch, const EpochPlan& plan, std:
       grad_sync->begin_backward(/*last_micro_batch=*/j + 1 == first + count);
       const at::Tensor loss = step_loss(losses, weights, comm->size(), step_real);
       (loss_scaler ? loss * loss_scaler->scale() : loss).backward();
-      loss_sum += (losses.detach() * weights).sum();
-      for (const float w : micro.weights) real_samples += w;
+      step_loss_sum += (losses.detach() * weights).sum();
+      for (const float w : micro.weights) step_samples += w;
     }
     const Timer reducing;
     grad_sync->average_gradients();
@@ -455,16 +476,35 @@ void Trainer::State::train_epoch(std::int64_t epoch, const EpochPlan& plan, std:
     const bool last = i + 1 == steps_per_epoch ||
                       (config().train.max_steps > 0 && step + 1 >= config().train.max_steps);
     const bool log_now = (step + 1) % config().log.every_steps == 0 || last;
-    // Loss scaling: a step whose averaged gradients overflowed is skipped on every rank (they are equal).
-    const bool finite = !loss_scaler || loss_scaler->unscale(gradients());
+    // A step whose averaged gradients hold inf or NaN (equal on every rank, so every rank decides
+    // alike) is skipped, or ends the run (train.nonfinite); with loss scaling it is an overflow.
+    const bool finite = loss_scaler ? loss_scaler->unscale(gradients()) : all_finite(gradients());
+    if (!finite) {
+      for (size_t b = 0; b < buffers.size(); ++b) buffers[b].copy_(buffers_before_step[b]);
+    }
+    if (skipped.after_step(finite) == NonfiniteAction::kAbort) {
+      stop_on_nonfinite(step_loss_sum);
+      return;
+    }
     if (loss_scaler) loss_scaler->update(finite);
+    if (finite) {
+      loss_sum += step_loss_sum;  // a skipped step's loss may be NaN: the interval's mean leaves it out
+      loss_samples += step_samples;
+    } else if (!loss_scaler) {  // with loss scaling, overflows are routine
+      const std::string what = describe_nonfinite(step_loss_sum);  // collective
+      if (bootstrap.world_rank() == 0) {
+        log::warn("step {}: skipped on every rank: {} ({} in a row; train.max_skipped={})", step + 1, what,
+                  skipped.in_a_row(), config().train.max_skipped);
+      }
+    }
+    real_samples += step_samples;
     grad_norm = finite ? clip_gradients(log_now) : std::nullopt;
     apply_schedule();
     if (finite) optimizer->step();
     ++step;
     check_replicas();
 
-    if (log_now) log_progress(epoch, i + 1, steps_per_epoch, loss_sum, real_samples, interval, times);
+    if (log_now) log_progress(epoch, i + 1, steps_per_epoch, loss_sum, loss_samples, real_samples, interval, times);
     epoch_now = epoch;
     cursor_now = plans[static_cast<size_t>(first + count - 1)].next_cursor;
     checkpoint_writer.rethrow_if_failed();  // a background write that failed ends the run now
@@ -487,14 +527,15 @@ void Trainer::State::train_epoch(std::int64_t epoch, const EpochPlan& plan, std:
 }
 
 void Trainer::State::log_progress(std::int64_t epoch, std::int64_t step_in_epoch,
-                                  std::int64_t steps_per_epoch, at::Tensor& loss_sum,
+                                  std::int64_t steps_per_epoch, at::Tensor& loss_sum, double& loss_samples,
                                   double& real_samples, Timer& interval, IntervalTimes& times) {
   // One small allreduce per log interval: the loss and throughput of the whole job.
   const std::vector<double> totals =
-      ddp::sum_over_ranks(*comm, {loss_sum.item<double>(), real_samples}, device);
-  const double mean_loss = totals[0] / totals[1];
+      ddp::sum_over_ranks(*comm, {loss_sum.item<double>(), loss_samples, real_samples}, device);
+  // NaN when every step of the interval was skipped: the log says "nan", the metrics leave it out.
+  const double mean_loss = totals[1] > 0 ? totals[0] / totals[1] : std::nan("");
   const double wall_s = interval.elapsed_s();
-  const double samples_per_s = totals[1] / wall_s;
+  const double samples_per_s = totals[2] / wall_s;
   const double lr = current_lr(*optimizer);
   // Rank 0's clock; the ETA assumes the rest of the run goes at this interval's pace. Steps left:
   // this epoch's, then whole epochs at this world size, up to train.max_steps.
@@ -507,13 +548,14 @@ void Trainer::State::log_progress(std::int64_t epoch, std::int64_t step_in_epoch
   const double tokens_per_s = setup.language_model() ? samples_per_s * static_cast<double>(config().model.gpt_block_size) : 0;
   const std::string rate = setup.language_model() ? fmt::format("{:.0f} tokens/s", tokens_per_s)
                                                   : fmt::format("{:.0f} samples/s", samples_per_s);
-  log::info("epoch {} step {} ({}/{}) loss {:.4f} lr {:.3g} grad_norm {:.3g} {}, {:.1f} ms/step "
+  // No norm after a skipped step: its gradients were not finite.
+  const std::string norm = grad_norm ? fmt::format("{:.3g}", *grad_norm) : std::string("-");
+  log::info("epoch {} step {} ({}/{}) loss {:.4f} lr {:.3g} grad_norm {} {}, {:.1f} ms/step "
             "(data {:.1f}, comm {:.1f}), ETA {}",
-            epoch + 1, step, step_in_epoch, steps_per_epoch, mean_loss, lr, grad_norm.value_or(0.0), rate,
+            epoch + 1, step, step_in_epoch, steps_per_epoch, mean_loss, lr, norm, rate,
             per_step.step_ms, per_step.data_ms, per_step.comm_ms, format_duration(eta_s));
   nlohmann::json record = {{"step", step},
                            {"epoch", epoch + 1},
-                           {"loss", mean_loss},
                            {"lr", lr},
                            {"samples_per_s", samples_per_s},
                            {"step_ms", per_step.step_ms},
@@ -522,17 +564,52 @@ void Trainer::State::log_progress(std::int64_t epoch, std::int64_t step_in_epoch
                            {"compute_ms", per_step.compute_ms},
                            {"eta_s", eta_s},
                            {"peak_rss_mb", static_cast<double>(sys::peak_rss_bytes()) / (1 << 20)}};
+  if (std::isfinite(mean_loss)) record["loss"] = mean_loss;
   if (grad_norm) record["grad_norm"] = *grad_norm;
   if (setup.language_model()) record["tokens_per_s"] = tokens_per_s;
-  if (loss_scaler) {
-    record["loss_scale"] = loss_scaler->scale();
-    record["skipped_steps"] = loss_scaler->skipped_steps();
-  }
+  if (loss_scaler) record["loss_scale"] = loss_scaler->scale();
+  record["skipped_steps"] = skipped.total();
   metrics.write(record);
   loss_sum.zero_();
+  loss_samples = 0.0;
   real_samples = 0.0;
   interval.reset();
   times.reset();
+}
+
+std::string Trainer::State::describe_nonfinite(const at::Tensor& rank_loss) {
+  std::vector<double> loss_not_finite(static_cast<size_t>(comm->size()), 0.0);
+  loss_not_finite[static_cast<size_t>(comm->rank())] = std::isfinite(rank_loss.item<double>()) ? 0.0 : 1.0;
+  loss_not_finite = ddp::sum_over_ranks(*comm, loss_not_finite, device);
+  std::string ranks;
+  for (size_t r = 0; r < loss_not_finite.size(); ++r) {
+    if (loss_not_finite[r] > 0) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  }
+  const std::int64_t first = first_nonfinite(gradients());
+  const std::string tensor = first >= 0 ? "'" + gradient_names[static_cast<size_t>(first)] + "'" : "a parameter";
+  return "the averaged gradient of " + tensor + " holds inf or NaN (" +
+         (ranks.empty() ? std::string("every rank's loss was finite: the backward pass overflowed")
+                        : "the loss was not finite on rank(s) " + ranks) +
+         ")";
+}
+
+void Trainer::State::stop_on_nonfinite(const at::Tensor& rank_loss) {
+  const std::string what = describe_nonfinite(rank_loss);
+  // The step was not applied, and step, epoch_now and cursor_now still say where it began.
+  const bool on_disk = written_step == step && written_epoch == epoch_now && written_cursor == cursor_now;
+  const std::string path = on_disk ? last_checkpoint : save_checkpoint();
+  finish_checkpoint_writes();
+  const config::TrainConfig& train = config().train;
+  const std::string rule =
+      train.nonfinite == "abort"
+          ? std::string("train.nonfinite=abort stops at the first such step")
+          : fmt::format("{} steps in a row would be skipped, more than train.max_skipped={} (the weights are "
+                        "those after step {})",
+                        skipped.in_a_row() + 1, train.max_skipped, step - skipped.in_a_row());
+  failure = fmt::format("step {}: {}; {}; checkpoint {} holds the last good state (epoch {}, sampler cursor {}): "
+                        "lower optim.lr, set optim.clip_grad_norm, or check the step's samples (hpctrain data "
+                        "order ... --epoch {} --from-cursor {})",
+                        step + 1, what, rule, path, epoch_now + 1, cursor_now, epoch_now + 1, cursor_now);
 }
 
 std::optional<EvalResult> Trainer::State::evaluate_epoch(std::int64_t epoch) {
@@ -593,6 +670,7 @@ std::string Trainer::State::save_checkpoint(bool best) {
     checkpoint.groups["model"] = model_state(net());
     checkpoint.groups["optim"] = optimizer_state(*optimizer, parameter_names);
     checkpoint.groups["sched"] = {{"step", torch::full({}, step, torch::kLong)}};
+    for (auto& entry : skipped.state()) checkpoint.groups["sched"].push_back(std::move(entry));
     checkpoint.groups["rng"] = std::move(generators);
     ckpt::NamedTensors bests;
     if (best_test_acc) bests.emplace_back("best_test_acc", torch::full({}, *best_test_acc, torch::kDouble));
@@ -655,6 +733,7 @@ void Trainer::State::resume() {
   step = meta.step;
   start_epoch = meta.epoch;
   start_cursor = meta.cursor;
+  skipped.load_state(reader.read_group("sched"));
   if (loss_scaler && reader.has_group("loss_scaler")) {
     loss_scaler->load_state(reader.read_group("loss_scaler"));
   } else if (loss_scaler) {
@@ -733,7 +812,7 @@ TrainSummary Trainer::run() {
   TrainSummary summary;
   for (std::int64_t epoch = s.start_epoch; epoch < train.epochs && !s.step_limit_reached(); ++epoch) {
     s.train_epoch(epoch, plan, epoch == s.start_epoch ? s.start_cursor : 0);
-    if (s.stopped) break;
+    if (s.stopped || !s.failure.empty()) break;
     summary.last_eval = s.evaluate_epoch(epoch);  // also after an epoch cut short by max_steps
     if (plan.steps_from(s.cursor_now) == 0) {  // the epoch is complete: a resume starts the next
       s.epoch_now = epoch + 1;
@@ -743,7 +822,8 @@ TrainSummary Trainer::run() {
   }
   summary.steps = s.step;
   summary.stopped = s.stopped;
-  if (s.stopped) {
+  summary.failure = s.failure;
+  if (s.stopped || !s.failure.empty()) {
     summary.checkpoint = s.last_checkpoint;
   } else if (s.config().ckpt.save_final) {
     // A periodic checkpoint of this very position may have been written a moment ago.

@@ -9,6 +9,7 @@
 #include "hpctrain/data/manifest.h"
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/device.h"
+#include "hpctrain/train/loss_scaler.h"
 #include "hpctrain/train/lr_schedule.h"
 #include "hpctrain/train/optimizer.h"
 #include "hpctrain/train/trainer.h"
@@ -75,6 +76,12 @@ TrainingSetup prepare_training(const config::Config& config, bool need_train_spl
   if (need_train_split && config.train.precision == "fp16" && !use_cuda) {  // eval runs in float32
     throw ConfigError("train.precision=fp16 needs a GPU (dist.device=cuda or auto with one visible): on the CPU "
                       "autocast computes in bfloat16 only; use train.precision=bf16 there");
+  }
+  if (config.train.nonfinite == "abort" && uses_loss_scaling(config.train)) {
+    throw ConfigError("train.nonfinite=abort with dynamic loss scaling (train.loss_scale=" + config.train.loss_scale +
+                      ", train.precision=" + config.train.precision + "): the scaler finds its scale by "
+                      "skipping overflowing steps; use train.nonfinite=skip (train.max_skipped bounds a run "
+                      "of them) or train.loss_scale=none");
   }
   check_optimizer_options(config.optim);
   check_schedule_options(config.optim);

@@ -117,7 +117,8 @@ TEST(Cli, GpuOptionsWithoutAGpuAreExitCode2BeforeAnythingIsWritten) {
   for (const auto& [options, expect] :
        {std::pair<std::string, std::string>{"--dist.device=cuda", "libtorch sees no GPU"},
         {"--dist.device=cpu --dist.backend=nccl", "dist.backend=nccl"},
-        {"--dist.device=cpu --train.precision=fp16", "train.precision=fp16 needs a GPU"}}) {
+        {"--dist.device=cpu --train.precision=fp16", "train.precision=fp16 needs a GPU"},
+        {"--train.nonfinite=abort --train.loss_scale=dynamic", "train.nonfinite=abort with dynamic loss scaling"}}) {
     const ProcessResult r = run_command("env CUDA_VISIBLE_DEVICES= " + mpirun(2) + kBin + train + options);
     EXPECT_EQ(r.exit_code, 2) << options << ": " << r.err;
     EXPECT_EQ(count_lines_with(r.err, "hpctrain: error:"), 1) << options << ": " << r.err;

@@ -288,7 +288,55 @@ TEST_F(ResumeEndToEnd, OverflowingStepsAreSkippedAndTheScaleSurvivesAResume) {
   const ProcessResult resumed = run_command(train(2, "overflow-split", scaled + "--train.max_steps=30"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   expect_same_tensors(work_ + "/overflow-whole/checkpoints/ckpt-30.h5",
-                      work_ + "/overflow-split/checkpoints/ckpt-30.h5", {"model", "optim", "loss_scaler"});
+                      work_ + "/overflow-split/checkpoints/ckpt-30.h5", {"model", "optim", "loss_scaler", "sched"});
+}
+
+// The step that "hpctrain: error: step N: ..." names.
+std::int64_t failed_step(const std::string& err) {
+  const auto at = err.find("hpctrain: error: step ");
+  return at == std::string::npos ? -1 : std::stoll(err.substr(at + 22));
+}
+
+// A learning rate of 1e30 makes the activations overflow from the second step or so on, on both
+// ranks alike. train.nonfinite=abort stops at the first non-finite step with exit code 6, one
+// error line, and a checkpoint of the state before it: that of a run stopped there. skip drops
+// train.max_skipped steps in a row on both ranks (the replica check every step passes), leaving
+// the weights and the optimizer as they were, and stops at the next.
+TEST_F(ResumeEndToEnd, NonFiniteStepsAreSkippedOrStopTheRunWithTheLastGoodStateCheckpointed) {
+  const std::string blowup = "--optim.lr=1e30 --optim.warmup_steps=0 --log.every_steps=1 ";
+  const ProcessResult stopped = run_command(train(2, "nan-abort", blowup + "--train.max_steps=30 --train.nonfinite=abort"));
+  ASSERT_EQ(stopped.exit_code, 6) << stopped.err;
+  EXPECT_EQ(count_lines_with(stopped.err, "hpctrain: error:"), 1) << stopped.err;
+  EXPECT_NE(stopped.err.find("the averaged gradient of '"), std::string::npos) << stopped.err;
+  EXPECT_NE(stopped.err.find("train.nonfinite=abort stops at the first such step"), std::string::npos) << stopped.err;
+  const std::int64_t bad = failed_step(stopped.err);
+  ASSERT_GE(bad, 2) << stopped.err;
+  ASSERT_LE(bad, 25) << stopped.err;
+  const std::string good_steps = std::to_string(bad - 1);
+  const ProcessResult good = run_command(train(2, "nan-good", blowup + "--train.max_steps=" + good_steps));
+  ASSERT_EQ(good.exit_code, 0) << good.err;
+  const std::string good_checkpoint = work_ + "/nan-good/checkpoints/ckpt-" + good_steps + ".h5";
+  const std::string saved = work_ + "/nan-abort/checkpoints/ckpt-" + good_steps + ".h5";
+  EXPECT_EQ(ckpt::latest_checkpoint(work_ + "/nan-abort/checkpoints"), saved);
+  expect_same_tensors(saved, good_checkpoint, {"model", "optim", "sched"});
+
+  const ProcessResult skipping = run_command(
+      train(2, "nan-skip", blowup + "--train.max_steps=30 --train.max_skipped=3 --dist.check_replicas_every=1"));
+  ASSERT_EQ(skipping.exit_code, 6) << skipping.err;
+  EXPECT_EQ(count_lines_with(skipping.err, "hpctrain: error:"), 1) << skipping.err;
+  EXPECT_EQ(failed_step(skipping.err), bad + 3) << skipping.err;
+  EXPECT_EQ(count_lines_with(skipping.err, "skipped on every rank: the averaged gradient of '"), 3) << skipping.err;
+  EXPECT_NE(skipping.err.find("4 steps in a row would be skipped, more than train.max_skipped=3 (the weights are "
+                              "those after step " + good_steps + ")"),
+            std::string::npos)
+      << skipping.err;
+  const std::string held = work_ + "/nan-skip/checkpoints/ckpt-" + std::to_string(bad + 2) + ".h5";
+  expect_same_tensors(held, good_checkpoint, {"model", "optim"});
+  EXPECT_EQ(last_metric(work_ + "/nan-skip/metrics.jsonl", "skipped_steps"), 3.0);
+  const ckpt::NamedTensors sched = group(held, "sched");
+  ASSERT_EQ(sched.size(), 3u);
+  EXPECT_EQ(sched[1].first, "skipped_steps");
+  EXPECT_EQ(sched[1].second.item<std::int64_t>(), 3);
 }
 
 // `hpctrain eval` of one checkpoint gives the same loss and accuracy at any world size: every

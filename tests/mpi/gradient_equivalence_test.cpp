@@ -4,10 +4,12 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <limits>
 #include <thread>
 
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/data/distributed_sampler.h"
+#include "hpctrain/train/nonfinite.h"
 #include "hpctrain/train/step_loss.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/ddp/grad_sync.h"
@@ -178,6 +180,32 @@ TEST(ReplicaCheck, NamesExactlyTheRanksWhoseParametersDiffer) {
   }
   const std::vector<int> differ = ddp::ranks_differing_from_root(*comm, parameters, at::kCPU);
   EXPECT_EQ(differ, last > 0 ? std::vector<int>{last} : std::vector<int>{});
+}
+
+// train.nonfinite needs no collective of its own: an inf or NaN in one rank's gradient makes the
+// average non-finite on every rank, whichever dtype the buckets travel in.
+TEST(NonfiniteAgreement, ANonFiniteGradientOnOneRankIsNonFiniteOnEveryRankAfterAveraging) {
+  auto comm = comm::make_communicator("mpi", *testing::g_bootstrap, false, 0);
+  const int last = comm->size() - 1;
+  for (const c10::ScalarType wire : {c10::ScalarType::Undefined, at::kHalf, at::kBFloat16}) {
+    for (const float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+      std::vector<at::Tensor> parameters{torch::zeros({6}, torch::requires_grad()),
+                                         torch::zeros({2, 3}, torch::requires_grad())};
+      ddp::GradSyncOptions options;
+      options.overlap = false;  // the gradients are set by hand, as if by a backward
+      options.warn_unused = false;
+      options.wire_dtype = wire;
+      ddp::GradSync sync(*comm, parameters, options);
+      for (auto& p : parameters) p.mutable_grad() = torch::full(p.sizes(), 0.5);
+      if (comm->rank() == last) parameters[1].mutable_grad()[1][2] = bad;
+      sync.begin_backward(/*last_micro_batch=*/true);
+      sync.average_gradients();
+      const std::vector<at::Tensor> gradients{parameters[0].grad(), parameters[1].grad()};
+      EXPECT_FALSE(train::all_finite(gradients)) << "rank " << comm->rank() << " wire " << wire << " " << bad;
+      EXPECT_EQ(train::first_nonfinite(gradients), 1);
+      EXPECT_TRUE(train::all_finite({gradients[0]}));
+    }
+  }
 }
 
 // Rank 0 waits for an allreduce the others join only after its timeout: rank 0 gets a CommError

@@ -33,7 +33,6 @@ TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterAnIntervalOfGoodSteps) {
   EXPECT_EQ(scaler.scale(), 1024.0);
   scaler.update(false);  // an overflow restarts the count of good steps
   EXPECT_EQ(scaler.scale(), 512.0);
-  EXPECT_EQ(scaler.skipped_steps(), 1);
   scaler.update(true);
   scaler.update(true);
   EXPECT_EQ(scaler.scale(), 512.0);
@@ -42,7 +41,6 @@ TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterAnIntervalOfGoodSteps) {
   scaler.update(false);
   scaler.update(false);
   EXPECT_EQ(scaler.scale(), 256.0);
-  EXPECT_EQ(scaler.skipped_steps(), 3);
 }
 
 TEST(LossScaler, StateRoundTripsThroughACheckpointAndContinuesTheCount) {
@@ -53,7 +51,6 @@ TEST(LossScaler, StateRoundTripsThroughACheckpointAndContinuesTheCount) {
   LossScaler b({1024.0, 2.0, 0.5, 3});
   b.load_state(a.state());
   EXPECT_EQ(b.scale(), 512.0);
-  EXPECT_EQ(b.skipped_steps(), 1);
   b.update(true);
   EXPECT_EQ(b.scale(), 1024.0);
 

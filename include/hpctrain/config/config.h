@@ -72,6 +72,8 @@ struct TrainConfig {
   std::string precision;  // fp32 | bf16 | fp16 (autocast in the forward pass)
   std::string loss_scale;  // auto | dynamic | none (auto: dynamic with fp16)
   double loss_scale_init = 65536.0;
+  std::string nonfinite;  // skip | abort: a step whose gradients hold inf or NaN
+  std::int64_t max_skipped = 20;  // skipped steps in a row before the run stops
   bool shuffle = true;
   bool drop_last = false;
 };

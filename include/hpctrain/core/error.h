@@ -16,6 +16,7 @@ enum class ExitCode : int {
   kData = 3,        // dataset missing, malformed or unreadable
   kCheckpoint = 4,  // checkpoint missing, malformed or mismatched
   kComm = 5,        // MPI/NCCL failure or timeout
+  kNonfinite = 6,   // gradients not finite: train.nonfinite=abort, or train.max_skipped exceeded
   kStopped = 75,    // stopped on a signal after a checkpoint; resumable (EX_TEMPFAIL)
 };
 

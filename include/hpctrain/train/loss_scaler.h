@@ -5,7 +5,7 @@
 // them back and says whether any is inf or NaN. A step with one is skipped and the scale halved;
 // after growth_interval good steps in a row it doubles. The allreduce gives every rank the same
 // averaged gradients, bit for bit (as PyTorch DDP assumes too), so every rank decides alike.
-// Depends on ATen and ckpt (for the checkpoint's NamedTensors).
+// Depends on ATen, config and ckpt (for the checkpoint's NamedTensors).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "hpctrain/ckpt/checkpoint.h"
+#include "hpctrain/config/config.h"
 
 namespace hpctrain::train {
 
@@ -23,6 +24,9 @@ struct LossScalerOptions {
   double backoff_factor = 0.5;
   std::int64_t growth_interval = 2000;
 };
+
+// Whether `train` asks for loss scaling: train.loss_scale=dynamic, or auto with fp16.
+bool uses_loss_scaling(const config::TrainConfig& train);
 
 class LossScaler {
  public:
@@ -34,9 +38,8 @@ class LossScaler {
   bool unscale(const std::vector<at::Tensor>& gradients) const;
   // After each step: `finite` as unscale() said. A skipped step halves the scale.
   void update(bool finite);
-  std::int64_t skipped_steps() const { return skipped_; }
 
-  // {"scale", "good_steps", "skipped_steps"} for a checkpoint, and back (a resume continues the
+  // {"scale", "good_steps"} for a checkpoint, and back (a resume continues the
   // growth count where it stopped). load_state throws CheckpointError when an entry is not a
   // scalar or the scale is missing, not finite or not positive.
   ckpt::NamedTensors state() const;
@@ -46,7 +49,6 @@ class LossScaler {
   LossScalerOptions options_;
   double scale_;
   std::int64_t good_steps_ = 0;  // finite steps since the scale last changed
-  std::int64_t skipped_ = 0;     // over the whole run
 };
 
 }  // namespace hpctrain::train

@@ -53,6 +53,9 @@ struct TrainSummary {
   std::optional<EvalResult> last_eval;
   std::string checkpoint;  // path of the last checkpoint written, "" if none
   bool stopped = false;    // stopped on a signal (ckpt.signals) after writing `checkpoint`
+  // Non-empty when non-finite steps stopped the run (train.nonfinite, train.max_skipped) after
+  // writing `checkpoint`: the same one-line reason on every rank (exit code 6).
+  std::string failure;
 };
 
 class Trainer {
