@@ -12,6 +12,7 @@
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/config/option_table.h"
 #include "hpctrain/core/error.h"
+#include "hpctrain/core/activity.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/system.h"
 #include "hpctrain/core/version.h"
@@ -97,11 +98,11 @@ void check_launch(int world_size, bool whole_allocation) {
 
 }  // namespace
 
-std::unique_ptr<comm::Bootstrap> start_mpi(const config::LogConfig& log_config, double join_timeout_s,
+std::unique_ptr<comm::Bootstrap> start_mpi(const config::LogConfig& log_config, double timeout_s,
                                            bool whole_allocation) {
   std::unique_ptr<comm::Bootstrap> bootstrap;
   {
-    const JoinWatchdog watchdog(join_timeout_s);
+    const JoinWatchdog watchdog(timeout_s);
     bootstrap = std::make_unique<comm::Bootstrap>(nullptr, nullptr);
     bootstrap->barrier();  // every rank is here
   }
@@ -111,6 +112,8 @@ std::unique_ptr<comm::Bootstrap> start_mpi(const config::LogConfig& log_config, 
   who.host = sys::host_name();
   log::init_console(who, log_config.all_ranks, log::parse_level(log_config.level));
   check_launch(bootstrap->world_size(), whole_allocation);
+  activity::set_rank(bootstrap->world_rank());
+  bootstrap->watch_ranks(timeout_s);
   return bootstrap;
 }
 

@@ -5,8 +5,11 @@
 #include <limits>
 
 #include "bootstrap_impl.h"
+#include "hpctrain/core/activity.h"
+#include "hpctrain/core/log.h"
 #include "hpctrain/core/system.h"
 #include "mpi_check.h"
+#include "rank_watch.h"
 
 namespace hpctrain::comm {
 namespace {
@@ -19,13 +22,16 @@ Bootstrap::Bootstrap(int* argc, char*** argv) : impl_(std::make_unique<Impl>()) 
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
-    // Note [Thread level]: gradients may be reduced from a communication thread while the main
-    // thread runs backward; MPI calls are serialized by that design, so SERIALIZED is enough.
-    int provided = 0;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+    // Note [Thread level]: gradients are reduced from a communication thread while the training
+    // thread runs backward or the control plane, and the rank watch's thread sends heartbeats
+    // meanwhile: MULTIPLE. An MPI without it still trains (its calls there are serialized by
+    // design), without the watch.
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &impl_->thread_level) != MPI_SUCCESS) {
       throw CommError("MPI_Init_thread failed: MPI could not start (check the launcher)");
     }
     impl_->owns_mpi = true;
+  } else {
+    MPI_Query_thread(&impl_->thread_level);
   }
   HT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &impl_->world));
   // Errors come back as return codes, which HT_MPI_CHECK turns into typed exceptions.
@@ -55,7 +61,10 @@ Bootstrap::Bootstrap(int* argc, char*** argv) : impl_(std::make_unique<Impl>()) 
   g_world_size = topology_.world_size;
 }
 
+Bootstrap::Impl::~Impl() = default;
+
 Bootstrap::~Bootstrap() {
+  impl_->watch.reset();  // says goodbye to the next rank, unless an exception unwinds
   if (std::uncaught_exceptions() > 0) return;  // Note [Unwinding]: main() aborts the job
   if (impl_->local != MPI_COMM_NULL) MPI_Comm_free(&impl_->local);
   if (impl_->world != MPI_COMM_NULL) MPI_Comm_free(&impl_->world);
@@ -63,9 +72,25 @@ Bootstrap::~Bootstrap() {
   g_world_size = 0;
 }
 
-void Bootstrap::barrier() const { HT_MPI_CHECK(MPI_Barrier(impl_->world)); }
+void Bootstrap::watch_ranks(double timeout_s) {
+  if (topology_.world_size == 1 || impl_->watch) return;
+  if (impl_->thread_level < MPI_THREAD_MULTIPLE) {
+    if (topology_.world_rank == 0) {
+      log::warn("MPI provides no MPI_THREAD_MULTIPLE: no rank watch, so a rank that dies or freezes is "
+                "found only by a collective's timeout (dist.timeout_s), without its name");
+    }
+    return;
+  }
+  impl_->watch = std::make_unique<RankWatch>(impl_->world, topology_, timeout_s);
+}
+
+void Bootstrap::barrier() const {
+  activity::count_collective();
+  HT_MPI_CHECK(MPI_Barrier(impl_->world));
+}
 
 void Bootstrap::broadcast_bytes(std::vector<std::uint8_t>& bytes, int root) const {
+  activity::count_collective();
   unsigned long long size = bytes.size();
   HT_MPI_CHECK(MPI_Bcast(&size, 1, MPI_UNSIGNED_LONG_LONG, root, impl_->world));
   bytes.resize(size);
@@ -73,6 +98,7 @@ void Bootstrap::broadcast_bytes(std::vector<std::uint8_t>& bytes, int root) cons
 }
 
 std::vector<std::string> Bootstrap::allgather_string(const std::string& value) const {
+  activity::count_collective();
   const int n = topology_.world_size;
   int length = static_cast<int>(value.size());
   std::vector<int> lengths(n);
@@ -88,6 +114,7 @@ std::vector<std::string> Bootstrap::allgather_string(const std::string& value) c
 }
 
 bool Bootstrap::all_true(bool flag) const {
+  activity::count_collective();
   int mine = flag ? 1 : 0;
   int all = 0;
   HT_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, impl_->world));
@@ -96,6 +123,7 @@ bool Bootstrap::all_true(bool flag) const {
 
 void Bootstrap::allreduce_sum(float* values, std::int64_t count) const {
   HT_CHECK(count <= std::numeric_limits<int>::max(), "allreduce_sum: more than INT_MAX floats");
+  activity::count_collective();
   HT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
                              impl_->world));
 }

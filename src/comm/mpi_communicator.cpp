@@ -13,7 +13,9 @@
 #include <thread>
 
 #include "bootstrap_impl.h"
+#include "hpctrain/core/activity.h"
 #include "mpi_check.h"
+#include "rank_watch.h"
 
 namespace hpctrain::comm {
 namespace {
@@ -124,7 +126,7 @@ struct MpiCommunicator::State {
 
   std::shared_ptr<Task> submit(std::string what, std::function<void()> run) {
     auto task = std::make_shared<Task>();
-    task->what = std::move(what);
+    task->what = std::move(what) + " (collective #" + std::to_string(activity::count_collective()) + " of this rank)";
     task->run = std::move(run);
     {
       const std::lock_guard<std::mutex> lock(mutex);
@@ -142,13 +144,15 @@ class MpiWork final : public Work {
   MpiWork(std::shared_ptr<Task> task, double timeout_s) : task_(std::move(task)), timeout_s_(timeout_s) {}
 
   void wait() override {
+    const activity::Scope waiting(activity::Kind::kCollective);
     std::unique_lock<std::mutex> lock(task_->mutex);
     const auto limit = std::chrono::duration<double>(timeout_s_);
     if (!task_->finished.wait_for(lock, limit, [&] { return task_->done; })) {
       std::ostringstream limit_text;
       limit_text << timeout_s_;
       throw CommError(task_->what + " did not complete within dist.timeout_s=" + limit_text.str() +
-                      " s: a rank is missing from the collective (crashed, or stuck before it)");
+                      " s: a rank is missing from the collective (crashed, or stuck before it)" +
+                      RankWatch::previous_rank_report());
     }
     if (task_->error) std::rethrow_exception(task_->error);
   }

@@ -13,6 +13,7 @@
 #include "hpctrain/comm/bootstrap.h"
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/config/parser.h"
+#include "hpctrain/core/activity.h"
 #include "hpctrain/core/background_job.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/stop_signals.h"
@@ -445,6 +446,7 @@ void Trainer::State::train_epoch(std::int64_t epoch, const EpochPlan& plan, std:
     at::Tensor step_loss_sum = torch::zeros({}, loss_sum.options());  // this rank's
     double step_samples = 0.0;
 
+    const activity::Scope stepping(activity::Kind::kStep);
     sync_buffers();
     // The forward pass updates BatchNorm's running statistics; a skipped step must not, so a NaN
     // in its activations cannot reach them.
@@ -453,7 +455,10 @@ void Trainer::State::train_epoch(std::int64_t epoch, const EpochPlan& plan, std:
     for (std::int64_t j = first; j < first + count; ++j) {
       const data::SamplerStep& micro = plans[static_cast<size_t>(j)];
       const Timer waiting;
-      const data::Batch batch = loader.next();
+      const data::Batch batch = [&] {
+        const activity::Scope loading(activity::Kind::kLoader);
+        return loader.next();
+      }();
       times.data_s += waiting.elapsed_s();
       const at::Tensor weights = torch::tensor(micro.weights).to(device);
       at::Tensor logits;
@@ -502,6 +507,7 @@ void Trainer::State::train_epoch(std::int64_t epoch, const EpochPlan& plan, std:
     apply_schedule();
     if (finite) optimizer->step();
     ++step;
+    activity::set_step(step);
     check_replicas();
 
     if (log_now) log_progress(epoch, i + 1, steps_per_epoch, loss_sum, loss_samples, real_samples, interval, times);
@@ -614,6 +620,7 @@ void Trainer::State::stop_on_nonfinite(const at::Tensor& rank_loss) {
 
 std::optional<EvalResult> Trainer::State::evaluate_epoch(std::int64_t epoch) {
   if (!setup.eval_split && !setup.eval_tokens) return std::nullopt;
+  const activity::Scope evaluating(activity::Kind::kEvaluation);
   sync_buffers();
   const std::int64_t batch = config().train.eval_batch_size;
   const EvalResult result = setup.eval_tokens ? evaluate(net(), *setup.eval_tokens, *comm, batch, device)
@@ -641,6 +648,7 @@ std::optional<EvalResult> Trainer::State::evaluate_epoch(std::int64_t epoch) {
 }
 
 std::string Trainer::State::save_checkpoint(bool best) {
+  const activity::Scope checkpointing(activity::Kind::kCheckpoint);
   const Timer blocked;
   sync_buffers();
   // Every rank's generators, gathered on the control plane (no collective is in flight here).
@@ -806,6 +814,7 @@ TrainSummary Trainer::run() {
                                                     : train.epochs * steps_per_epoch;
   s.steps_per_full_epoch = steps_per_epoch;
   s.resume();
+  activity::set_step(s.step);
   if (s.bootstrap.world_rank() == 0) s.run_dir.write_config(config::to_ini(s.config()));
   s.epoch_now = s.start_epoch;
   s.cursor_now = s.start_cursor;
@@ -820,6 +829,7 @@ TrainSummary Trainer::run() {
     }
     if (s.config().ckpt.keep_best && summary.last_eval && s.improved) s.save_checkpoint(/*best=*/true);
   }
+  const activity::Scope finishing(activity::Kind::kFinishing);
   summary.steps = s.step;
   summary.stopped = s.stopped;
   summary.failure = s.failure;

@@ -45,6 +45,11 @@ class Bootstrap {
   // blocking MPI_Allreduce: the reference `hpctrain bench comm` measures communicators against.
   void allreduce_sum(float* values, std::int64_t count) const;
 
+  // Collective: starts the rank watch (Note [Rank watch] in src/comm/rank_watch.h): a rank silent
+  // for `timeout_s`, or stuck waiting for its loader that long, ends the job with exit code 5,
+  // named. Nothing with one rank, or where MPI gives no MPI_THREAD_MULTIPLE (a warning says so).
+  void watch_ranks(double timeout_s);
+
   // Ends every process of the job with `exit_code` (MPI_Abort while MPI runs); never returns.
   [[noreturn]] static void abort_job(int exit_code);
   // The world size while MPI is initialized and not finalized, else 0. Note [Unwinding]: a

@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "hpctrain/comm/bootstrap.h"
+#include "hpctrain/core/activity.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
+#include "../rank_watch.h"
 
 #define HT_CUDA_CHECK(call)                                                              \
   do {                                                                                   \
@@ -75,12 +77,15 @@ ncclDataType_t nccl_type(const at::Tensor& tensor) {
 class NcclWork final : public Work {
  public:
   NcclWork(std::shared_ptr<NcclCommunicator::State> state, cudaEvent_t done, std::string what)
-      : state_(std::move(state)), done_(done), what_(std::move(what)) {}
+      : state_(std::move(state)),
+        done_(done),
+        what_(std::move(what) + " (collective #" + std::to_string(activity::count_collective()) + " of this rank)") {}
   ~NcclWork() override { cudaEventDestroy(done_); }
 
   bool is_completed() override { return cudaEventQuery(done_) == cudaSuccess; }
 
   void wait() override {
+    const activity::Scope waiting(activity::Kind::kCollective);
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::duration<double>(state_->timeout_s);
     while (true) {
@@ -96,7 +101,7 @@ class NcclWork final : public Work {
       }
       if (std::chrono::steady_clock::now() > deadline) {
         state_->abort_and_throw(what_ + " did not complete within dist.timeout_s=" +
-                                std::to_string(state_->timeout_s) + " s");
+                                std::to_string(state_->timeout_s) + " s" + RankWatch::previous_rank_report());
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }

@@ -1,0 +1,127 @@
+// A rank that dies, freezes or hangs ends the whole job within dist.timeout_s, with a line naming
+// it and what it was doing (Note [Rank watch] in src/comm/rank_watch.h), wherever the other ranks
+// wait: in a gradient collective, in the control plane's barrier after a checkpoint, or behind a
+// rank stuck in its loader. Faults are injected with HPCTRAIN_FAULT (docs/reliability.md) or, for
+// kill -9, from outside.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "process.h"
+#include "hpctrain/core/system.h"
+
+namespace hpctrain::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kBin = HPCTRAIN_BIN;
+const std::string kSource = HPCTRAIN_SOURCE_DIR;
+constexpr double kTimeout = 3.0;  // dist.timeout_s of these runs
+
+class RankFailureEndToEnd : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    work_ = make_temp_dir("rankfail");
+    data_ = work_ + "/fashion";
+    const ProcessResult r = run_command(kBin + " prepare fashion-mnist --source /usr/share/datasets/fashion-mnist" +
+                                        " --out " + data_ + " --limit 600 --shards 2");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  static void TearDownTestSuite() { hpctrain::sys::remove_tree(work_); }
+
+  static std::string train(const std::string& run, const std::string& extra, const std::string& model = "fashion_cnn") {
+    return mpirun(2) + kBin + " train --config " + kSource + "/configs/" + model + ".ini --data.path=" + data_ +
+           " --run.dir=" + work_ + "/" + run + " --train.threads=1 --data.eval_split= --train.batch_size=16" +
+           " --train.epochs=50 --log.every_steps=1 --dist.timeout_s=" + std::to_string(kTimeout) + " " + extra;
+  }
+
+  // Runs `command`, returning what it printed and how long it took.
+  static ProcessResult timed(const std::string& command, double& seconds) {
+    const auto start = std::chrono::steady_clock::now();
+    ProcessResult r = run_command(command);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return r;
+  }
+
+  static std::string work_;
+  static std::string data_;
+};
+
+std::string RankFailureEndToEnd::work_;
+std::string RankFailureEndToEnd::data_;
+
+// Start-up (two ranks loading libtorch on a loaded machine) plus the timeout plus slack: a job
+// that hangs is killed by CTest's own timeout much later.
+constexpr double kMostSeconds = 60.0;
+
+// Rank 1 freezes (SIGSTOP) at the start of its first step; rank 0 waits in the first gradient
+// allreduce. Rank 0 hears no heartbeat from rank 1 for dist.timeout_s (or its allreduce times out
+// at about the same moment) and ends the job, naming rank 1 and its last report. A frozen rank's
+// last report is its last heartbeat, up to dist.timeout_s/10 older than the freeze.
+TEST_F(RankFailureEndToEnd, AFrozenRankIsNamedAndTheJobEnds) {
+  double seconds = 0;
+  const ProcessResult r = timed("env HPCTRAIN_FAULT=stop@1:step " + train("frozen", ""), seconds);
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_LT(seconds, kMostSeconds) << r.err;
+  const bool silent = r.err.find("rank 1 (" + sys::host_name() + ") has sent nothing for") != std::string::npos;
+  const bool behind = r.err.find("did not complete within dist.timeout_s=3 s") != std::string::npos &&
+                      r.err.find("rank 1's last report") != std::string::npos;
+  EXPECT_TRUE(silent || behind) << r.err;
+  const auto report = r.err.find("last report");
+  ASSERT_NE(report, std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("step 0, ", report), std::string::npos) << r.err;
+}
+
+// Rank 1 freezes as it begins its first checkpoint. Rank 0 (an MLP: no buffers to broadcast
+// first) goes on into the control plane's gathering of every rank's generator states, which has no
+// timeout (it is part of a checkpoint, and a large write may take long): only the heartbeats can
+// end this job. No checkpoint is left under its final name.
+TEST_F(RankFailureEndToEnd, ARankFrozenInACheckpointIsNamedByTheRankWaitingForIt) {
+  double seconds = 0;
+  const ProcessResult r = timed(
+      "env HPCTRAIN_FAULT=stop@1:checkpoint " + train("frozen-in-checkpoint", "--ckpt.every_steps=2", "mlp"),
+      seconds);
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_LT(seconds, kMostSeconds) << r.err;
+  EXPECT_NE(r.err.find("[rank 0/2 " + sys::host_name() + "] rank 1 (" + sys::host_name() + ") has sent nothing for"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("(this rank: step 2, writing a checkpoint or waiting for one for "), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(work_ + "/frozen-in-checkpoint/checkpoints/ckpt-2.h5"));
+}
+
+// Rank 1's training thread hangs waiting for its loader (as on a hung file system) while the
+// process lives and beats on. Its own watch gives up after dist.timeout_s and names what it waits
+// for; rank 0, waiting in the allreduce, may time out first and names rank 1's last report.
+TEST_F(RankFailureEndToEnd, ARankStuckInItsLoaderEndsTheJob) {
+  double seconds = 0;
+  const ProcessResult r = timed("env HPCTRAIN_FAULT=hang@1:loader " + train("stuck-loader", ""), seconds);
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_LT(seconds, kMostSeconds) << r.err;
+  EXPECT_NE(r.err.find("waiting for the loader for"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
+}
+
+// kill -9 of rank 1 mid-run, from outside: the launcher or the heartbeats end the job promptly.
+TEST_F(RankFailureEndToEnd, AKilledRankEndsTheJob) {
+  const std::string dir = work_ + "/killed";
+  fs::create_directories(dir);
+  double seconds = 0;
+  const ProcessResult r = timed(
+      "(" + train("killed", "") + ") > " + dir + "/out.log 2>&1 & pid=$!; for i in $(seq 1 600); do [ -s " + dir +
+          "/metrics.jsonl ] && break; sleep 0.1; done; for p in $(pgrep -f 'run.dir=" + dir +
+          " '); do grep -qz '^OMPI_COMM_WORLD_RANK=1$' /proc/$p/environ && kill -9 $p; done; wait $pid;"
+          " echo \"exit=$?\"",
+      seconds);
+  const std::string log = read_file(dir + "/out.log");
+  EXPECT_EQ(r.out.find("exit=0"), std::string::npos) << r.out << log;
+  EXPECT_NE(r.out.find("exit="), std::string::npos) << r.out << log;
+  EXPECT_LT(seconds, kMostSeconds) << log;
+  EXPECT_NE(log.find("rank 1"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace hpctrain::testing
