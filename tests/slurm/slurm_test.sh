@@ -4,7 +4,8 @@
 #  1. an uninterrupted run (LAUNCHER=mpirun) of 40 steps finishes with exit 0 and a checkpoint;
 #  2. the same run through srun --mpi=pmix, sent USR1 as Slurm's early warning would be: it
 #     checkpoints, exits 75, requeues itself, resumes (SLURM_RESTART_COUNT=1), finishes, and its
-#     final parameters and optimizer state equal run 1's bit for bit.
+#     final parameters and optimizer state equal run 1's bit for bit;
+#  3. under srun, a frozen rank and a rank killed with -9 end the job, named by the rank watch.
 # Exits 77 (a ctest skip, with a SKIP: line) only when Slurm cannot start here.
 #   tests/slurm/slurm_test.sh HPCTRAIN_BINARY SOURCE_DIR
 set -uo pipefail
@@ -73,4 +74,36 @@ for group in /model /optim /sched; do
   h5diff -q "$work/whole/checkpoints/ckpt-40.h5" "$work/preempted/checkpoints/ckpt-40.h5" "$group" "$group" ||
     fail "$group differs between the uninterrupted and the preempted run"
 done
-echo "slurm_test: uninterrupted (mpirun) and preempted + requeued + resumed (srun) runs end bit-identical"
+
+# 3. Under srun, a frozen rank (SIGSTOP at its first step, injected): Slurm sees nothing wrong,
+#    so the rank watch must end the job within dist.timeout_s, naming rank 1. A rank killed with
+#    -9 mid-run: Slurm's PMIx plugin cancels the step itself ("task 1: Killed"); either way the
+#    job must end, naming rank 1 (docs/reliability.md).
+# shellcheck disable=SC2046
+HPCTRAIN_FAULT=stop@1:step timeout 120 sbatch --wait --parsable "${cpu_job[@]}" slurm/train.sbatch \
+  $(train_args frozen) --dist.timeout_s=3 > "$work/frozen.out" 2>&1
+status=$?
+job=$(head -n 1 "$work/frozen.out")
+[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "the job with a frozen rank ended with $status (124: it hung)"
+grep -Eq "rank 1 \(.*\) has sent nothing for|rank 1's last report" "$work/job-$job.out" ||
+  fail "no line named the frozen rank 1"
+
+# shellcheck disable=SC2046
+timeout 120 sbatch --wait --parsable "${cpu_job[@]}" slurm/train.sbatch $(train_args killed) --dist.timeout_s=3 \
+  --train.max_steps=100000 > "$work/killed.out" 2>&1 &
+waiter=$!
+for _ in $(seq 600); do [ -s "$work/killed/metrics.jsonl" ] && break; sleep 0.1; done
+[ -s "$work/killed/metrics.jsonl" ] || fail "job 4 never started training"
+for pid in $(pgrep -f "run.dir=$work/killed "); do
+  grep -qz '^SLURM_PROCID=1$' "/proc/$pid/environ" 2>/dev/null && kill -9 "$pid"
+done
+status=0
+wait "$waiter" || status=$?
+waiter=
+job=$(head -n 1 "$work/killed.out")
+[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "the job with a killed rank ended with $status (124: it hung)"
+grep -Eq "rank 1 \(.*\) has sent nothing for|rank 1's last report|task 1: Killed" "$work/job-$job.out" ||
+  fail "no line named the killed rank 1"
+
+echo "slurm_test: uninterrupted (mpirun) and preempted + requeued + resumed (srun) runs end bit-identical;" \
+     "a frozen and a killed rank end their srun jobs, named"
