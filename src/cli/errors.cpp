@@ -12,6 +12,10 @@ namespace hpctrain::cli {
 void exit_with_error(const std::string& message, int exit_code) {
   const int world = comm::Bootstrap::running_world_size();
   if (world > 1) {
+    // An error every rank meets (a bad checkpoint, a config that does not fit the world) would
+    // print once per rank: the others give rank 0 a moment, whose abort then ends them first. An
+    // error of one rank alone is still printed, a moment later.
+    if (comm::Bootstrap::launcher_rank() != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
     std::fprintf(stderr, "hpctrain: error: %s %s\n", log::where().c_str(), message.c_str());
     std::fflush(stderr);
     log::shutdown();

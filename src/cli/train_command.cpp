@@ -45,6 +45,7 @@ int run_train(const Args& args) {
   // All ranks agree on versions, config and GPU binding before anything is written.
   train::preflight(*bootstrap, train::device_for_rank(setup.use_cuda, bootstrap->topology(), config.dist.allow_shared_gpu),
                    config);
+  train::check_world_fits(setup, bootstrap->world_size());
   // From here a stop signal becomes a checkpoint and exit 75 at the next step boundary.
   sys::install_stop_handlers(sys::parse_signal_list(config.ckpt.signals));
   const train::RunDirectory run_dir(config.run.dir);

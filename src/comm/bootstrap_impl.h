@@ -16,7 +16,7 @@ struct Bootstrap::Impl {
   MPI_Comm local = MPI_COMM_NULL;  // the ranks of this node
   bool owns_mpi = false;           // we called MPI_Init, so we call MPI_Finalize
   int thread_level = MPI_THREAD_SINGLE;  // what MPI provides
-  std::unique_ptr<RankWatch> watch;      // once watch_ranks() started it; ended before MPI is
+  std::unique_ptr<RankWatch> watch;      // once watch_ranks() started it; stopped before MPI_Finalize
   ~Impl();
 };
 

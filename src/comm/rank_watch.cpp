@@ -1,10 +1,15 @@
 #include "rank_watch.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <mutex>
+#include <thread>
 
 #include "hpctrain/core/activity.h"
 #include "hpctrain/core/error.h"
@@ -32,11 +37,12 @@ Beat beat_now(bool leaving) {
   return {now.step, now.collectives, now.seconds_in, static_cast<std::int32_t>(now.kind), leaving ? 1 : 0};
 }
 
-// Buffers of beats in flight: a send to a rank that died, or a receive left posted when the job
-// is aborted, may outlive the watch, so they live as long as the process. One watch per process.
-Beat g_outgoing;
-Beat g_goodbye;
-Beat g_incoming;
+std::string describe(const Beat& beat) {
+  return fmt::format("step {}, {} for {:.1f} s, {} collectives issued", beat.step,
+                     activity::describe(static_cast<activity::Kind>(beat.kind)), beat.seconds_in, beat.collectives);
+}
+
+double seconds_since(Clock::time_point then) { return std::chrono::duration<double>(Clock::now() - then).count(); }
 
 // The previous rank's last beat, for previous_rank_report().
 struct Heard {
@@ -47,14 +53,6 @@ struct Heard {
 };
 Heard g_heard;
 
-std::string describe(const Beat& beat) {
-  char text[200];
-  std::snprintf(text, sizeof text, "step %lld, %s for %.1f s, %lld collectives issued",
-                static_cast<long long>(beat.step), activity::describe(static_cast<activity::Kind>(beat.kind)),
-                beat.seconds_in, static_cast<long long>(beat.collectives));
-  return text;
-}
-
 [[noreturn]] void end_job(const Topology& topology, const std::string& message) {
   std::fprintf(stderr, "hpctrain: error: [rank %d/%d %s] %s\n", topology.world_rank, topology.world_size,
                topology.hosts[static_cast<size_t>(topology.world_rank)].c_str(), message.c_str());
@@ -64,110 +62,145 @@ std::string describe(const Beat& beat) {
 
 }  // namespace
 
+struct RankWatch::State {
+  MPI_Comm comm = MPI_COMM_NULL;
+  Topology topology;
+  double timeout_s = 300;
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool stop = false;
+  std::thread thread;
+  // Buffers of beats in flight, here so they live as long as a request that uses them.
+  Beat outgoing;
+  Beat goodbye;
+  Beat incoming;
+
+  void watch();
+  void leave(MPI_Request& send, MPI_Request& receive, bool previous_left);
+};
+
 std::string RankWatch::previous_rank_report() {
   const std::lock_guard<std::mutex> lock(g_heard.mutex);
   if (g_heard.rank < 0) return "";
-  char text[80];
-  std::snprintf(text, sizeof text, "; rank %d's last report, %.1f s ago: ", g_heard.rank,
-                std::chrono::duration<double>(Clock::now() - g_heard.when).count());
-  return text + describe(g_heard.beat);
+  return fmt::format("; the previous rank, {}, last reported {:.1f} s ago: {}", g_heard.rank,
+                     seconds_since(g_heard.when), describe(g_heard.beat));
 }
 
 RankWatch::RankWatch(MPI_Comm world, const Topology& topology, double timeout_s)
-    : topology_(topology), timeout_s_(timeout_s) {
-  HT_MPI_CHECK(MPI_Comm_dup(world, &comm_));
-  thread_ = std::thread([this] { watch(); });
+    : state_(std::make_shared<State>()) {
+  HT_MPI_CHECK(MPI_Comm_dup(world, &state_->comm));
+  state_->topology = topology;
+  state_->timeout_s = timeout_s;
+  state_->thread = std::thread([state = state_] { state->watch(); });
 }
 
 RankWatch::~RankWatch() {
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-    say_goodbye_ = std::uncaught_exceptions() == 0;
+  if (std::uncaught_exceptions() > 0) {
+    state_->thread.detach();  // beats on, holding the state, until main() aborts the job
+    return;
   }
-  changed_.notify_all();
-  thread_.join();
-  if (say_goodbye_) MPI_Comm_free(&comm_);
+  {
+    const std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->stop = true;
+  }
+  state_->changed.notify_all();
+  state_->thread.join();
+  MPI_Comm_free(&state_->comm);
 }
 
-void RankWatch::watch() {
-  const int size = topology_.world_size;
-  const int next = (topology_.world_rank + 1) % size;
-  const int previous = (topology_.world_rank + size - 1) % size;
-  // Several beats per timeout, so one late beat is never mistaken for silence.
-  const auto period = std::chrono::duration<double>(std::clamp(timeout_s_ / 10, 0.02, 2.0));
-  const auto limit = std::chrono::duration<double>(timeout_s_);
+void RankWatch::State::watch() {
+  const int size = topology.world_size;
+  const int next = (topology.world_rank + 1) % size;
+  const int previous = (topology.world_rank + size - 1) % size;
+  // Several beats per timeout, so one late beat is never mistaken for silence; below a second a
+  // loaded machine's scheduling alone could look like silence.
+  const double limit_s = std::max(timeout_s, 1.0);
+  const auto period = std::chrono::duration<double>(std::clamp(limit_s / 10, 0.05, 2.0));
 
-  Beat& incoming = g_incoming;
-  Beat last_heard = beat_now(false);  // before the first beat: "starting"
   MPI_Request receive = MPI_REQUEST_NULL;
   MPI_Request send = MPI_REQUEST_NULL;
-  MPI_Irecv(&incoming, sizeof(Beat), MPI_BYTE, previous, kTag, comm_, &receive);
+  MPI_Irecv(&incoming, sizeof(Beat), MPI_BYTE, previous, kTag, comm, &receive);
   Clock::time_point heard = Clock::now();
+  bool heard_any = false;
   bool previous_left = false;
 
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!stop_) {
+  std::unique_lock<std::mutex> lock(mutex);
+  while (!stop) {
     lock.unlock();
     int sent = 1;
     if (send != MPI_REQUEST_NULL) MPI_Test(&send, &sent, MPI_STATUS_IGNORE);
-    // A beat still in flight means the next rank is not receiving; its own watcher will say so.
+    // A beat still in flight means the next rank is not receiving; its own next rank will say so.
     if (sent) {
-      g_outgoing = beat_now(false);
-      MPI_Isend(&g_outgoing, sizeof(Beat), MPI_BYTE, next, kTag, comm_, &send);
+      outgoing = beat_now(false);
+      MPI_Isend(&outgoing, sizeof(Beat), MPI_BYTE, next, kTag, comm, &send);
     }
     while (!previous_left && receive != MPI_REQUEST_NULL) {
       int got = 0;
       MPI_Test(&receive, &got, MPI_STATUS_IGNORE);
       if (!got) break;
       heard = Clock::now();
-      last_heard = incoming;
+      heard_any = true;
+      previous_left = incoming.leaving != 0;
       {
         const std::lock_guard<std::mutex> lock_heard(g_heard.mutex);
         g_heard.rank = previous;
         g_heard.beat = incoming;
         g_heard.when = heard;
       }
-      previous_left = incoming.leaving != 0;
-      if (!previous_left) MPI_Irecv(&incoming, sizeof(Beat), MPI_BYTE, previous, kTag, comm_, &receive);
+      if (!previous_left) MPI_Irecv(&incoming, sizeof(Beat), MPI_BYTE, previous, kTag, comm, &receive);
     }
-    const auto silent = Clock::now() - heard;
-    if (!previous_left && silent > limit) {
-      char text[160];
-      std::snprintf(text, sizeof text, "rank %d (%s) has sent nothing for %.1f s (dist.timeout_s=%g): ", previous,
-                    topology_.hosts[static_cast<size_t>(previous)].c_str(),
-                    std::chrono::duration<double>(silent).count(), timeout_s_);
-      end_job(topology_, text + std::string("it died, is stopped, or its node or the network failed; its last "
-                                            "report: ") +
-                             describe(last_heard) + " (this rank: " + describe(beat_now(false)) + ")");
+    if (!previous_left && seconds_since(heard) > limit_s) {
+      std::string last = "it never reported";
+      {
+        const std::lock_guard<std::mutex> lock_heard(g_heard.mutex);
+        if (heard_any) last = "its last report: " + describe(g_heard.beat);
+      }
+      end_job(topology, fmt::format("rank {} ({}) has sent nothing for {:.1f} s (dist.timeout_s={}): it died, is "
+                                    "stopped, or its node or the network failed; {} (this rank: {})",
+                                    previous, topology.hosts[static_cast<size_t>(previous)], seconds_since(heard),
+                                    timeout_s, last, describe(beat_now(false))));
     }
     const activity::Snapshot mine = activity::now();
-    if (activity::is_bounded(mine.kind) && mine.seconds_in > timeout_s_) {
-      char text[240];
-      std::snprintf(text, sizeof text,
-                    "this rank has been %s for %.1f s (step %lld; dist.timeout_s=%g): a read is stuck (the "
-                    "file system?) or a loader thread died; the job ends",
-                    activity::describe(mine.kind), mine.seconds_in, static_cast<long long>(mine.step), timeout_s_);
-      end_job(topology_, text);
+    if (activity::is_bounded(mine.kind) && mine.seconds_in > limit_s) {
+      end_job(topology, fmt::format("this rank has been {} for {:.1f} s (step {}; dist.timeout_s={}): a read is "
+                                    "stuck (the file system?) or a loader thread died; the job ends",
+                                    activity::describe(mine.kind), mine.seconds_in, mine.step, timeout_s));
     }
     lock.lock();
-    changed_.wait_for(lock, period, [this] { return stop_; });
+    changed.wait_for(lock, period, [this] { return stop; });
   }
   lock.unlock();
-  if (!say_goodbye_) return;  // the job is being aborted: no more MPI calls from here
-  g_goodbye = beat_now(true);
-  MPI_Request goodbye = MPI_REQUEST_NULL;
-  MPI_Isend(&g_goodbye, sizeof(Beat), MPI_BYTE, next, kTag, comm_, &goodbye);
-  // Small messages complete at once; one that does not within a beat or two goes to a rank that
-  // is gone, and is left to MPI.
-  for (int tries = 0; tries < 100 && (send != MPI_REQUEST_NULL || goodbye != MPI_REQUEST_NULL); ++tries) {
+  leave(send, receive, previous_left);
+}
+
+// Says goodbye to the next rank, and listens a moment longer for the previous rank's goodbye, so
+// that MPI_Finalize finds no message unmatched (ranks end within moments of each other: the run
+// ends with a barrier). Small messages complete at once; what does not within the wait goes to or
+// comes from a rank that is gone, and is left to MPI.
+void RankWatch::State::leave(MPI_Request& send, MPI_Request& receive, bool previous_left) {
+  const int size = topology.world_size;
+  const int next = (topology.world_rank + 1) % size;
+  const int previous = (topology.world_rank + size - 1) % size;
+  goodbye = beat_now(true);
+  MPI_Request farewell = MPI_REQUEST_NULL;
+  MPI_Isend(&goodbye, sizeof(Beat), MPI_BYTE, next, kTag, comm, &farewell);
+  const Clock::time_point start = Clock::now();
+  while (seconds_since(start) < 2.0) {
     int done = 0;  // MPI_Test sets a completed request to MPI_REQUEST_NULL
     if (send != MPI_REQUEST_NULL) MPI_Test(&send, &done, MPI_STATUS_IGNORE);
-    if (goodbye != MPI_REQUEST_NULL) MPI_Test(&goodbye, &done, MPI_STATUS_IGNORE);
+    if (farewell != MPI_REQUEST_NULL) MPI_Test(&farewell, &done, MPI_STATUS_IGNORE);
+    while (!previous_left && receive != MPI_REQUEST_NULL) {
+      int got = 0;
+      MPI_Test(&receive, &got, MPI_STATUS_IGNORE);
+      if (!got) break;
+      previous_left = incoming.leaving != 0;
+      if (!previous_left) MPI_Irecv(&incoming, sizeof(Beat), MPI_BYTE, previous, kTag, comm, &receive);
+    }
+    if (send == MPI_REQUEST_NULL && farewell == MPI_REQUEST_NULL && previous_left) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (send != MPI_REQUEST_NULL) MPI_Request_free(&send);
-  if (goodbye != MPI_REQUEST_NULL) MPI_Request_free(&goodbye);
+  if (farewell != MPI_REQUEST_NULL) MPI_Request_free(&farewell);
   if (receive != MPI_REQUEST_NULL) {
     MPI_Cancel(&receive);
     MPI_Wait(&receive, MPI_STATUS_IGNORE);

@@ -4,20 +4,20 @@
 // boundaries. So every rank's watch thread sends a small heartbeat to the next rank (rank+1 mod
 // W) several times per timeout, carrying what its training thread is doing (core/activity.h),
 // and listens to the previous one. A rank that hears nothing from the previous rank for
-// dist.timeout_s names it, with its last report, and ends the job (exit code 5): it died, is
-// stopped, or its node or the network failed. A rank that is merely busy (a long checkpoint
-// write) keeps beating, since the thread is not the training thread. The watch also catches its
-// own rank stuck waiting for the loader past the timeout (a hung file system), which heartbeats
-// cannot show. A rank that ends normally says goodbye, and the next stops listening.
-// Private to src/comm; needs MPI_THREAD_MULTIPLE.
+// dist.timeout_s (at least 1 s) names it, with its last report, and ends the job (exit code 5):
+// it died, is stopped, or its node or the network failed. A rank that is merely busy (a long
+// checkpoint write) keeps beating, since the thread is not the training thread, and so does a
+// rank on its way to abort with an error of its own, so that error is the one reported. The watch
+// also catches its own rank stuck waiting for the loader past the timeout (a hung file system),
+// which heartbeats cannot show. A rank that ends normally says goodbye, and waits a moment for
+// the previous rank's, so no message is left unmatched. Private to src/comm; needs
+// MPI_THREAD_MULTIPLE.
 #pragma once
 
 #include <mpi.h>
 
-#include <condition_variable>
-#include <mutex>
+#include <memory>
 #include <string>
-#include <thread>
 
 #include "hpctrain/comm/bootstrap.h"
 
@@ -27,28 +27,20 @@ class RankWatch {
  public:
   // Collective over `world` (duplicated for the heartbeats). Starts the thread.
   RankWatch(MPI_Comm world, const Topology& topology, double timeout_s);
-  // Stops the thread; on a normal end (not while an exception unwinds: the job is being aborted)
-  // first tells the next rank that this one leaves.
+  // On a normal end: says goodbye to the next rank and stops the thread. While an exception
+  // unwinds (the job is about to be aborted) the thread goes on beating until the abort.
   ~RankWatch();
   RankWatch(const RankWatch&) = delete;
   RankWatch& operator=(const RankWatch&) = delete;
 
-  // "; rank 1's last report, 0.3 s ago: step 12, waiting for the loader for 2.9 s, 56 collectives
-  // issued": what the previous rank last said, for a collective's timeout message; "" before any
-  // report or without a watch. Thread-safe.
+  // "; the previous rank, 1, last reported 0.3 s ago: step 12, waiting for the loader for 2.9 s,
+  // 56 collectives issued", for a collective's timeout message; "" without a watch. Thread-safe.
   static std::string previous_rank_report();
 
- private:
-  void watch();
+  struct State;
 
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  Topology topology_;
-  double timeout_s_;
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  bool stop_ = false;
-  bool say_goodbye_ = false;
-  std::thread thread_;  // last: starts once the members it uses exist
+ private:
+  std::shared_ptr<State> state_;  // shared with the thread, which may outlive this object
 };
 
 }  // namespace hpctrain::comm

@@ -376,8 +376,10 @@ std::vector<Option> build_table() {
           "allreduce per layer in forward and in backward), as BatchNorm on the global batch "
           "would; false normalizes each rank's batch on its own, as PyTorch DDP does by default."),
       row("dist.timeout_s", &C::dist, &DistConfig::timeout_s, "300",
-          "A collective not completed this many seconds after a rank began waiting for it ends "
-          "the job with an error naming the operation.",
+          "Seconds before a hang ends the job (exit code 5) with a line saying what hung: a "
+          "collective not completed after a rank began waiting for it; a rank whose heartbeats "
+          "stopped (dead or frozen; at least 1 s) or that waited this long for its loader; a rank "
+          "that never joined at start-up (docs/reliability.md).",
           positive()),
       row("dist.backend", &C::dist, &DistConfig::backend, "auto",
           "Gradient communication: auto picks nccl for CUDA tensors when built with NCCL, else "

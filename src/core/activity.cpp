@@ -4,7 +4,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
-#include <cstring>
+#include <iterator>
 #include <string>
 #include <thread>
 
@@ -12,12 +12,16 @@ namespace hpctrain::activity {
 
 namespace {
 
-double clock_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+std::uint64_t clock_us() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
-std::atomic<int> g_kind{static_cast<int>(Kind::kStarting)};
-std::atomic<double> g_since{clock_s()};
+// The activity and when it began, in one word, so a reader never pairs one activity with
+// another's start: microseconds since the clock's epoch << 8 | kind.
+std::uint64_t pack(Kind kind, std::uint64_t since_us) { return since_us << 8 | static_cast<std::uint64_t>(kind); }
+std::atomic<std::uint64_t> g_activity{pack(Kind::kStarting, clock_us())};
 std::atomic<std::int64_t> g_step{0};
 std::atomic<std::int64_t> g_collectives{0};
 std::atomic<int> g_rank{-1};
@@ -52,14 +56,19 @@ void inject_fault(Kind kind) {
 }  // namespace
 
 const char* name(Kind kind) { return kNames[static_cast<int>(kind)]; }
-const char* describe(Kind kind) { return kDescriptions[static_cast<int>(kind)]; }
+
+const char* describe(Kind kind) {
+  const auto index = static_cast<size_t>(kind);
+  return index < std::size(kDescriptions) ? kDescriptions[index] : "in an unknown activity";
+}
 
 bool is_bounded(Kind kind) { return kind == Kind::kLoader; }
 
 Snapshot now() {
+  const std::uint64_t activity = g_activity.load();
   Snapshot snapshot;
-  snapshot.kind = static_cast<Kind>(g_kind.load());
-  snapshot.seconds_in = clock_s() - g_since.load();
+  snapshot.kind = static_cast<Kind>(activity & 0xff);
+  snapshot.seconds_in = static_cast<double>(clock_us() - (activity >> 8)) * 1e-6;
   snapshot.step = g_step.load();
   snapshot.collectives = g_collectives.load();
   return snapshot;
@@ -69,15 +78,13 @@ void set_rank(int world_rank) { g_rank = world_rank; }
 void set_step(std::int64_t step) { g_step = step; }
 std::int64_t count_collective() { return ++g_collectives; }
 
-Scope::Scope(Kind kind) : previous_(static_cast<Kind>(g_kind.load())), previous_since_(g_since.load()) {
-  g_since = clock_s();
-  g_kind = static_cast<int>(kind);
+void enter(Kind kind) {
+  g_activity = pack(kind, clock_us());
   inject_fault(kind);
 }
 
-Scope::~Scope() {
-  g_kind = static_cast<int>(previous_);
-  g_since = previous_since_;
-}
+Scope::Scope(Kind kind) : previous_(g_activity.load()) { enter(kind); }
+
+Scope::~Scope() { g_activity = previous_; }
 
 }  // namespace hpctrain::activity

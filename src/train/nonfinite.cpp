@@ -6,11 +6,16 @@ namespace hpctrain::train {
 
 namespace {
 
-// Whether `gradient` holds an inf or a NaN, as a 0-dim bool tensor on its device. A sum is one
-// pass without a temporary the size of the gradient; in float64 it cannot overflow on finite
-// float32 or 16-bit values, so it is non-finite exactly when an element is.
+// Whether `gradient` holds an inf or a NaN, as a 0-dim bool tensor on its device: its minimum
+// and maximum, in one pass without a temporary the size of the gradient, are finite exactly when
+// every element is (NaN propagates through both; an inf is one of them).
 at::Tensor holds_nonfinite(const at::Tensor& gradient) {
-  return gradient.sum(at::kDouble).isfinite().logical_not();
+  if (gradient.numel() == 0) return at::zeros({}, gradient.options().dtype(at::kBool));
+  if (gradient.scalar_type() != at::kFloat && gradient.scalar_type() != at::kDouble) {
+    return gradient.isfinite().logical_not().any();  // 16-bit: small, and aminmax may not take it
+  }
+  const auto [lowest, highest] = at::aminmax(gradient);
+  return lowest.isfinite().logical_and(highest.isfinite()).logical_not();
 }
 
 }  // namespace

@@ -609,8 +609,8 @@ void Trainer::State::stop_on_nonfinite(const at::Tensor& rank_loss) {
   const std::string rule =
       train.nonfinite == "abort"
           ? std::string("train.nonfinite=abort stops at the first such step")
-          : fmt::format("{} steps in a row would be skipped, more than train.max_skipped={} (the weights are "
-                        "those after step {})",
+          : fmt::format("{} step(s) in a row would be skipped, more than train.max_skipped={} (the weights "
+                        "are those after step {})",
                         skipped.in_a_row() + 1, train.max_skipped, step - skipped.in_a_row());
   failure = fmt::format("step {}: {}; {}; checkpoint {} holds the last good state (epoch {}, sampler cursor {}): "
                         "lower optim.lr, set optim.clip_grad_norm, or check the step's samples (hpctrain data "
@@ -741,6 +741,8 @@ void Trainer::State::resume() {
   step = meta.step;
   start_epoch = meta.epoch;
   start_cursor = meta.cursor;
+  // Older checkpoints kept the count of skipped steps with the loss scaler.
+  if (reader.has_group("loss_scaler")) skipped.load_state(reader.read_group("loss_scaler"));
   skipped.load_state(reader.read_group("sched"));
   if (loss_scaler && reader.has_group("loss_scaler")) {
     loss_scaler->load_state(reader.read_group("loss_scaler"));
@@ -815,6 +817,7 @@ TrainSummary Trainer::run() {
   s.steps_per_full_epoch = steps_per_epoch;
   s.resume();
   activity::set_step(s.step);
+  activity::enter(activity::Kind::kStep);  // between steps too, until the run ends
   if (s.bootstrap.world_rank() == 0) s.run_dir.write_config(config::to_ini(s.config()));
   s.epoch_now = s.start_epoch;
   s.cursor_now = s.start_cursor;
@@ -829,7 +832,7 @@ TrainSummary Trainer::run() {
     }
     if (s.config().ckpt.keep_best && summary.last_eval && s.improved) s.save_checkpoint(/*best=*/true);
   }
-  const activity::Scope finishing(activity::Kind::kFinishing);
+  activity::enter(activity::Kind::kFinishing);  // and so it stays: the run ends
   summary.steps = s.step;
   summary.stopped = s.stopped;
   summary.failure = s.failure;

@@ -9,6 +9,7 @@
 #include "hpctrain/data/manifest.h"
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/device.h"
+#include "hpctrain/train/global_batch.h"
 #include "hpctrain/train/loss_scaler.h"
 #include "hpctrain/train/lr_schedule.h"
 #include "hpctrain/train/optimizer.h"
@@ -69,6 +70,19 @@ data::TokenStream load_token_split(const config::Config& config, const std::stri
 }
 
 }  // namespace
+
+void check_world_fits(const TrainingSetup& setup, int world_size) {
+  const config::TrainConfig& train = setup.config.train;
+  accumulation_steps(train, world_size);
+  if (!setup.train_split || !train.drop_last) return;
+  const std::int64_t global_batch = world_size * train.batch_size;
+  if (setup.train_split->size() < global_batch) {
+    throw ConfigError("train.drop_last: a global batch of " + std::to_string(global_batch) + " (" +
+                      std::to_string(world_size) + " ranks x train.batch_size " + std::to_string(train.batch_size) +
+                      ") is larger than the split's " + std::to_string(setup.train_split->size()) +
+                      " samples, so no step would run; lower train.batch_size or set train.drop_last=false");
+  }
+}
 
 TrainingSetup prepare_training(const config::Config& config, bool need_train_split) {
   const bool use_cuda = resolve_use_cuda(config.dist.device, visible_gpus());

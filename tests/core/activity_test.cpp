@@ -14,17 +14,21 @@ TEST(Activity, ScopesNestAndRestoreTheActivityAndItsClock) {
   {
     const Scope stepping(Kind::kStep);
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    Snapshot inner;
     {
       const Scope waiting(Kind::kLoader);
-      const Snapshot inner = now();
+      inner = now();
       EXPECT_EQ(inner.kind, Kind::kLoader);
-      EXPECT_LT(inner.seconds_in, 0.025);  // its own clock, not the step's
     }
     const Snapshot back = now();
     EXPECT_EQ(back.kind, Kind::kStep);
-    EXPECT_GE(back.seconds_in, 0.03);  // the step's clock again
+    // The step's clock again, which began 30 ms before the loader's.
+    EXPECT_GE(back.seconds_in, 0.03 + inner.seconds_in);
   }
   EXPECT_EQ(now().kind, outside);
+  enter(Kind::kFinishing);
+  EXPECT_EQ(now().kind, Kind::kFinishing);
+  EXPECT_STREQ(describe(static_cast<Kind>(99)), "in an unknown activity");
 }
 
 TEST(Activity, CountsCollectivesAndKeepsTheStep) {

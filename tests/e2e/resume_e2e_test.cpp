@@ -326,8 +326,8 @@ TEST_F(ResumeEndToEnd, NonFiniteStepsAreSkippedOrStopTheRunWithTheLastGoodStateC
   EXPECT_EQ(count_lines_with(skipping.err, "hpctrain: error:"), 1) << skipping.err;
   EXPECT_EQ(failed_step(skipping.err), bad + 3) << skipping.err;
   EXPECT_EQ(count_lines_with(skipping.err, "skipped on every rank: the averaged gradient of '"), 3) << skipping.err;
-  EXPECT_NE(skipping.err.find("4 steps in a row would be skipped, more than train.max_skipped=3 (the weights are "
-                              "those after step " + good_steps + ")"),
+  EXPECT_NE(skipping.err.find("4 step(s) in a row would be skipped, more than train.max_skipped=3 (the weights "
+                              "are those after step " + good_steps + ")"),
             std::string::npos)
       << skipping.err;
   const std::string held = work_ + "/nan-skip/checkpoints/ckpt-" + std::to_string(bad + 2) + ".h5";

@@ -85,7 +85,7 @@ HPCTRAIN_FAULT=stop@1:step timeout 120 sbatch --wait --parsable "${cpu_job[@]}" 
 status=$?
 job=$(head -n 1 "$work/frozen.out")
 [ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "the job with a frozen rank ended with $status (124: it hung)"
-grep -Eq "rank 1 \(.*\) has sent nothing for|rank 1's last report" "$work/job-$job.out" ||
+grep -Eq "rank 1 \(.*\) has sent nothing for|the previous rank, 1, last reported" "$work/job-$job.out" ||
   fail "no line named the frozen rank 1"
 
 # shellcheck disable=SC2046
@@ -102,7 +102,7 @@ wait "$waiter" || status=$?
 waiter=
 job=$(head -n 1 "$work/killed.out")
 [ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "the job with a killed rank ended with $status (124: it hung)"
-grep -Eq "rank 1 \(.*\) has sent nothing for|rank 1's last report|task 1: Killed" "$work/job-$job.out" ||
+grep -Eq "rank 1 \(.*\) has sent nothing for|the previous rank, 1, last reported|task 1: Killed" "$work/job-$job.out" ||
   fail "no line named the killed rank 1"
 
 echo "slurm_test: uninterrupted (mpirun) and preempted + requeued + resumed (srun) runs end bit-identical;" \

@@ -50,13 +50,23 @@ train() {  # RUN_DIR EXTRA...: the same training, never ending on its own. Run i
 }
 
 # The soak: a checkpoint every minute; SIGUSR1 to mpirun at random moments; resumed each time.
+: > "$work/soak.log"
 deadline=$(( $(date +%s) + minutes * 60 ))
 starts=0 stops=0 others=0
 while true; do
   starts=$((starts + 1))
+  [ "$starts" -le 1000 ] || fail "more than 1000 starts"
+  began=$(grep -c "starting fresh\|resumed from" "$work/soak.log")
   train "$work/soak" --ckpt.every_minutes=1 >> "$work/soak.log" 2>&1 &
   run=$!
   children+=("$run")
+  # The pause counts from the moment the run is training, so that a slow start-up on a loaded
+  # machine cannot swallow every pause; the signal then lands anywhere in training.
+  for _ in $(seq 1200); do
+    [ "$(grep -c "starting fresh\|resumed from" "$work/soak.log")" -gt "$began" ] && break
+    kill -0 "$run" 2>/dev/null || break
+    sleep 0.1
+  done
   now=$(date +%s)
   wait_s=$(( pause_min + RANDOM % (pause_max - pause_min + 1) ))
   last=0
@@ -73,8 +83,8 @@ while true; do
     stops=$((stops + 1))
     [ "$last" -eq 1 ] && break
   else
-    # The signal came before the handlers were in place (start-up): the run died without a
-    # checkpoint, and the next start resumes from the last one. Count it and go on.
+    # The run died without a checkpoint (a signal before its handlers were in place, say); the
+    # next start resumes from the last one. Count it and go on.
     others=$((others + 1))
   fi
 done
@@ -94,6 +104,6 @@ for group in /model /optim /sched; do
   h5diff -q "$work/reference/checkpoints/ckpt-$step.h5" "$latest" "$group" "$group" ||
     fail "$group at step $step differs between the soaked and the uninterrupted run"
 done
-echo "soak: $minutes min, $starts starts ($stops stopped by SIGUSR1 with a checkpoint, $others killed before" \
-     "their handlers were in place), $resumes resumes, $step steps: model, optimizer and schedule equal the" \
+echo "soak: $minutes min, $starts starts ($stops stopped by SIGUSR1 with a checkpoint, $others ended otherwise)," \
+     "$resumes resumes, $step steps: model, optimizer and schedule equal the" \
      "uninterrupted run's bit for bit (seed $seed)"

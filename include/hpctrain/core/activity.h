@@ -23,7 +23,8 @@ enum class Kind : int {
 };
 // "loader" for kLoader: the names HPCTRAIN_FAULT takes.
 const char* name(Kind kind);
-// "waiting for the loader" for kLoader: for the watch's reports.
+// "waiting for the loader" for kLoader: for the watch's reports (which may carry another rank's
+// kind: an unknown one reads "in an unknown activity").
 const char* describe(Kind kind);
 // Whether a healthy rank finishes the activity well within dist.timeout_s, and nothing else
 // times it: waiting for the loader. (A collective has a timeout of its own; a step, a checkpoint
@@ -44,7 +45,10 @@ void set_step(std::int64_t step);
 // One more collective issued; returns its number (1, 2, ...).
 std::int64_t count_collective();
 
-// Enters `kind` for its lifetime, then returns to the activity before it.
+// Enters `kind` from now on.
+void enter(Kind kind);
+
+// Enters `kind` for its lifetime, then returns to the activity before it (and its clock).
 class Scope {
  public:
   explicit Scope(Kind kind);
@@ -53,8 +57,7 @@ class Scope {
   Scope& operator=(const Scope&) = delete;
 
  private:
-  Kind previous_;
-  double previous_since_;
+  std::uint64_t previous_;
 };
 
 }  // namespace hpctrain::activity

@@ -42,6 +42,11 @@ struct TrainingSetup {
 // Sets the thread count and seed, reads the data and builds the model. Throws ConfigError/DataError.
 TrainingSetup prepare_training(const config::Config& config, bool need_train_split);
 
+// What depends on the world size, checked once MPI knows it and before the run directory is
+// created: train.global_batch divides among the ranks, and train.drop_last leaves a step to run.
+// Throws ConfigError, alike on every rank.
+void check_world_fits(const TrainingSetup& setup, int world_size);
+
 // The model's parameters and buffers by name: what a checkpoint stores.
 std::vector<std::pair<std::string, at::Tensor>> model_state(model::Model& model);
 
