@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds hpctrain with a CMake preset (default: release) into build/<preset>.
 # Reuses the build directory, so a second run only rebuilds what changed.
-#   jobs/build.sh [dev|release|asan]
+#   jobs/build.sh [dev|release|asan]   (asan: clang, sanitizers and the libFuzzer targets)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-release}"

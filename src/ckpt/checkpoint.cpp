@@ -240,6 +240,18 @@ CheckpointMeta read_checkpoint(const std::string& path, const NamedTensors& mode
   return reader.meta();
 }
 
+std::int64_t stored_int(const at::Tensor& value, const std::string& what) {
+  if (value.numel() != 1 || value.is_floating_point() || value.is_complex() || value.scalar_type() == at::kBool) {
+    throw CheckpointError(what + " is not a single integer");
+  }
+  return value.item<std::int64_t>();
+}
+
+double stored_double(const at::Tensor& value, const std::string& what) {
+  if (value.numel() != 1 || value.is_complex()) throw CheckpointError(what + " is not a single number");
+  return value.item<double>();
+}
+
 std::string latest_checkpoint(const std::string& dir) { return read_pointer(dir, "latest"); }
 
 void mark_best(const std::string& dir, const std::string& path) {

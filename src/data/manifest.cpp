@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -14,6 +15,25 @@ std::int64_t SplitSpec::samples() const {
   for (const auto& shard : shards) total += shard.samples;
   return total;
 }
+
+namespace {
+
+// A shard is a file of the dataset directory: a manifest never points outside it (a damaged or
+// hostile one could name a device or another dataset's file).
+void check_shard_entry(const std::string& manifest_path, const std::string& split, const ShardSpec& shard) {
+  const std::filesystem::path file(shard.file);
+  const bool inside = !shard.file.empty() && file.is_relative() &&
+                      std::none_of(file.begin(), file.end(), [](const auto& part) { return part == ".."; });
+  if (!inside) {
+    throw DataError(manifest_path + ": shard '" + shard.file + "' of split '" + split +
+                    "' is not a file name inside the dataset directory");
+  }
+  if (shard.samples < 0) {
+    throw DataError(manifest_path + ": shard '" + shard.file + "' of split '" + split + "' has a negative sample count");
+  }
+}
+
+}  // namespace
 
 Manifest Manifest::load(const std::string& dataset_dir) {
   const std::string path = (std::filesystem::path(dataset_dir) / kManifestFile).string();
@@ -40,14 +60,20 @@ Manifest Manifest::load(const std::string& dataset_dir) {
     m.input_mean = j.at("input_mean").get<double>();
     m.input_std = j.at("input_std").get<double>();
     for (const auto& f : j.at("fields")) {
-      m.fields.push_back({f.at("name").get<std::string>(),
-                          io::dtype_from_name(f.at("dtype").get<std::string>(), ExitCode::kData),
-                          f.at("shape").get<std::vector<std::int64_t>>()});
+      const std::string field_name = f.at("name").get<std::string>();
+      io::DType dtype;
+      try {
+        dtype = io::dtype_from_name(f.at("dtype").get<std::string>(), ExitCode::kData);
+      } catch (const Error& e) {
+        throw DataError(path + ": field '" + field_name + "': " + e.what());
+      }
+      m.fields.push_back({field_name, dtype, f.at("shape").get<std::vector<std::int64_t>>()});
     }
     for (const auto& [split_name, s] : j.at("splits").items()) {
       SplitSpec split;
       for (const auto& shard : s.at("shards")) {
         split.shards.push_back({shard.at("file").get<std::string>(), shard.at("samples").get<std::int64_t>()});
+        check_shard_entry(path, split_name, split.shards.back());
       }
       m.splits[split_name] = split;
     }

@@ -116,11 +116,12 @@ Batch TokenStream::gather(const std::vector<std::int64_t>& offsets, bool pinned)
       throw DataError("window offset " + std::to_string(offset) + " is outside the stream of " +
                       std::to_string(s.tokens) + " tokens (block_size " + std::to_string(s.block_size) + ")");
     }
-    const std::int32_t* from = s.memory.data() + offset;
+    const std::int32_t* from = tokens.data();
     if (s.memory.empty()) {
       s.read(offset, window, tokens.data());
       s.check_tokens(tokens.data(), window, offset);
-      from = tokens.data();
+    } else {
+      from = s.memory.data() + offset;  // only here: an offset added to an empty vector's null data() is undefined
     }
     to_input = std::copy(from, from + s.block_size, to_input);
     to_target = std::copy(from + 1, from + window, to_target);

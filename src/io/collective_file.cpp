@@ -49,6 +49,7 @@ void CollectiveFile::read_rows_everywhere(const std::string& dataset, DType dtyp
   const std::string where = path_ + ": dataset '" + dataset + "'";
   const Handle set(H5Dopen2(id_, dataset.c_str(), H5P_DEFAULT));
   if (!set.ok()) throw Error(where + ": cannot open", code_);
+  check_layout(set.get(), where, code_);
   const Handle file_space(H5Dget_space(set.get()));
   const int dims_count = H5Sget_simple_extent_ndims(file_space.get());
   std::vector<hsize_t> dims(static_cast<size_t>(std::max(dims_count, 1)), 1);

@@ -38,11 +38,38 @@ std::vector<hsize_t> to_hsize(const std::vector<std::int64_t>& shape) {
   return std::vector<hsize_t>(shape.begin(), shape.end());
 }
 
+
 }  // namespace
 
 std::recursive_mutex& library_mutex() {
   static std::recursive_mutex mutex;
   return mutex;
+}
+
+// Note [Layouts read safely]: HDF5 1.10 trusts a dataset's layout message. Chunks declared larger
+// than their dataset make it copy a whole chunk's worth out of a smaller buffer: a heap over-read
+// inside the library that fuzz_shard and fuzz_checkpoint found in damaged files. hpctrain writes
+// contiguous datasets, or chunks no larger than their dataset (io::WriteOptions), so any other
+// layout is refused before a read.
+void check_layout(hid_t set, const std::string& where, ExitCode code) {
+  const Handle dcpl(H5Dget_create_plist(set));
+  const Handle space(H5Dget_space(set));
+  const int rank = space.ok() ? H5Sget_simple_extent_ndims(space.get()) : -1;
+  const H5D_layout_t layout = dcpl.ok() ? H5Pget_layout(dcpl.get()) : H5D_LAYOUT_ERROR;
+  bool sound = rank >= 0 && (layout == H5D_CONTIGUOUS || layout == H5D_CHUNKED);
+  if (sound && layout == H5D_CHUNKED) {
+    std::vector<hsize_t> dims(static_cast<size_t>(rank));
+    std::vector<hsize_t> chunk(static_cast<size_t>(rank));
+    sound = H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) == rank &&
+            H5Pget_chunk(dcpl.get(), rank, chunk.data()) == rank;
+    for (size_t d = 0; sound && d < dims.size(); ++d) sound = chunk[d] <= std::max<hsize_t>(dims[d], 1);
+  }
+  if (!sound) {
+    H5Eclear2(H5E_DEFAULT);
+    throw Error(where + " is stored in a layout hpctrain never writes (chunks larger than the data, or "
+                "compact): the file is damaged",
+                code);
+  }
 }
 
 const char* dtype_name(DType dtype) {
@@ -117,7 +144,18 @@ void H5File::fail(const std::string& what) const {
 H5File H5File::create(const std::string& path, ExitCode code) {
   const LibraryLock lock;
   silence_hdf5();
-  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  // Note [Checksummed metadata]: in HDF5's original file format only our fletcher32 chunks carry
+  // checksums; a damaged object header or chunk index reaches the library's parsers, and HDF5 1.10
+  // has crashed on such files (a division by zero opening a dataset, found by fuzz_checkpoint).
+  // The 1.10 format checksums every piece of metadata (superblock, object headers, chunk indexes),
+  // so damage is reported as an error before it is parsed. Readers need HDF5 >= 1.10.
+  const Handle access(H5Pcreate(H5P_FILE_ACCESS));
+#if H5_VERSION_GE(1, 10, 2)
+  H5Pset_libver_bounds(access.get(), H5F_LIBVER_V110, H5F_LIBVER_LATEST);
+#else
+  H5Pset_libver_bounds(access.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+#endif
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get());
   if (id < 0) throw Error(path + ": cannot create HDF5 file: " + hdf5_message(), code);
   return H5File(id, path, code);
 }
@@ -174,6 +212,7 @@ DatasetInfo H5File::info(const std::string& name) const {
   if (!exists(name)) throw Error(path_ + ": dataset '" + name + "' is missing", code_);
   Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT));
   if (!set.ok()) fail("cannot open dataset " + name);
+  check_layout(set.get(), path_ + ": dataset '" + name + "'", code_);
   Handle type(H5Dget_type(set.get()));
   Handle space(H5Dget_space(set.get()));
   DatasetInfo out{};
@@ -207,6 +246,7 @@ void H5File::read(const std::string& name, DType dtype, void* out) const {
   const LibraryLock lock;
   Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT));
   if (!set.ok()) fail("cannot open dataset " + name);
+  check_layout(set.get(), path_ + ": dataset '" + name + "'", code_);
   if (H5Dread(set.get(), native_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) {
     fail("cannot read dataset " + name + " (corrupted or truncated?)");
   }
@@ -246,6 +286,7 @@ void H5File::read_rows(const std::string& name, DType dtype, std::int64_t first,
   const LibraryLock lock;
   Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT));
   if (!set.ok()) fail("cannot open dataset " + name);
+  check_layout(set.get(), path_ + ": dataset '" + name + "'", code_);
   read_rows_of(set.get(), path_ + ": dataset '" + name + "'", code_, dtype, first, count, out);
 }
 
@@ -284,7 +325,7 @@ std::int64_t raw_readable_chunk_rows(hid_t set, const DatasetInfo& info) {
 
 H5Dataset H5File::open_dataset(const std::string& name, std::int64_t cache_bytes) const {
   const LibraryLock lock;
-  const DatasetInfo dataset_info = info(name);
+  const DatasetInfo dataset_info = info(name);  // checks the layout too
   Handle access(H5Pcreate(H5P_DATASET_ACCESS));
   // Slots: a prime well above the number of chunks the cache can hold (HDF5's advice).
   const std::int64_t bytes = cache_bytes <= 0 ? 0 : std::max<std::int64_t>(cache_bytes, 1 << 20);

@@ -5,6 +5,7 @@
 #include <hdf5.h>
 
 #include <mutex>
+#include <string>
 
 #include "hpctrain/io/h5_file.h"
 
@@ -23,6 +24,10 @@ class LibraryLock {
  private:
   std::lock_guard<std::recursive_mutex> lock_;
 };
+
+// Throws Error(code) naming `where` when the open dataset `set` is stored in a layout hpctrain
+// never writes (Note [Layouts read safely] in h5_file.cpp).
+void check_layout(hid_t set, const std::string& where, ExitCode code);
 
 inline hid_t native_type(DType dtype) {
   switch (dtype) {

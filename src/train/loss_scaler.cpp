@@ -40,12 +40,11 @@ ckpt::NamedTensors LossScaler::state() const {
 void LossScaler::load_state(const ckpt::NamedTensors& stored) {
   bool have_scale = false;
   for (const auto& [name, value] : stored) {
-    if (value.numel() != 1) throw CheckpointError("loss scaler entry '" + name + "' is not a scalar");
     if (name == "scale") {
-      scale_ = value.item<double>();
+      scale_ = ckpt::stored_double(value, "loss scaler entry '" + name + "'");
       have_scale = true;
     } else if (name == "good_steps") {
-      good_steps_ = value.item<std::int64_t>();
+      good_steps_ = std::max<std::int64_t>(0, ckpt::stored_int(value, "loss scaler entry '" + name + "'"));
     }
   }
   if (!have_scale || !std::isfinite(scale_) || scale_ <= 0) {

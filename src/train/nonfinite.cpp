@@ -1,5 +1,7 @@
 #include "hpctrain/train/nonfinite.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 namespace hpctrain::train {
@@ -71,9 +73,8 @@ ckpt::NamedTensors SkippedSteps::state() const {
 
 void SkippedSteps::load_state(const ckpt::NamedTensors& stored) {
   for (const auto& [name, value] : stored) {
-    if (value.numel() != 1) continue;
-    if (name == "skipped_steps") total_ = value.item<std::int64_t>();
-    if (name == "skipped_in_a_row") in_a_row_ = value.item<std::int64_t>();
+    if (name == "skipped_steps") total_ = std::max<std::int64_t>(0, ckpt::stored_int(value, "the count " + name));
+    if (name == "skipped_in_a_row") in_a_row_ = std::max<std::int64_t>(0, ckpt::stored_int(value, "the count " + name));
   }
 }
 

@@ -83,7 +83,11 @@ void load_optimizer_state(optim::Optimizer& optimizer, const std::vector<std::st
   const bool adamw = dynamic_cast<optim::AdamW*>(&optimizer) != nullptr;
   auto& states = optimizer.state();
   states.clear();
-  for (auto& [parameter, state] : by_parameter) {
+  for (auto& entry : by_parameter) {
+    // Named, not a structured binding: the lambda below captures them, which C++17 does not allow
+    // for structured bindings (GCC accepts it, clang does not).
+    const std::string& parameter = entry.first;
+    auto& state = entry.second;
     const at::Tensor& target = parameters[index[parameter]];
     const auto on_device = [&](const char* what) {
       const auto found = state.find(what);
@@ -96,7 +100,7 @@ void load_optimizer_state(optim::Optimizer& optimizer, const std::vector<std::st
     if (adamw) {
       auto restored = std::make_unique<optim::AdamWParamState>();
       if (state.count("step") == 0) throw CheckpointError("optimizer state of " + parameter + " has no step");
-      restored->step(state.at("step").item<std::int64_t>());
+      restored->step(ckpt::stored_int(state.at("step"), "optimizer state " + parameter + "/step"));
       restored->exp_avg(on_device("exp_avg"));
       restored->exp_avg_sq(on_device("exp_avg_sq"));
       if (state.count("max_exp_avg_sq") > 0) restored->max_exp_avg_sq(on_device("max_exp_avg_sq"));

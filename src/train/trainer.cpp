@@ -35,6 +35,7 @@
 #include "hpctrain/train/nonfinite.h"
 #include "hpctrain/train/optimizer.h"
 #include "hpctrain/train/resume_policy.h"
+#include "hpctrain/train/resume_state.h"
 #include "hpctrain/train/step_loss.h"
 #include "hpctrain/train/step_timing.h"
 #include "hpctrain/train/train_state.h"
@@ -736,32 +737,19 @@ void Trainer::State::resume() {
   const ckpt::CheckpointReader reader(chosen);
   const ckpt::CheckpointMeta& meta = reader.meta();
   check_config_unchanged(reader);
-  reader.read_into("model", model_state(net()));
-  load_optimizer_state(*optimizer, parameter_names, reader.read_group("optim"));
-  step = meta.step;
-  start_epoch = meta.epoch;
-  start_cursor = meta.cursor;
-  // Older checkpoints kept the count of skipped steps with the loss scaler.
-  if (reader.has_group("loss_scaler")) skipped.load_state(reader.read_group("loss_scaler"));
-  skipped.load_state(reader.read_group("sched"));
-  if (loss_scaler && reader.has_group("loss_scaler")) {
-    loss_scaler->load_state(reader.read_group("loss_scaler"));
-  } else if (loss_scaler) {
+  const ResumedState resumed = read_resume_state(
+      reader, ResumeTargets{net(), *optimizer, parameter_names, skipped, loss_scaler ? &*loss_scaler : nullptr,
+                            device, bootstrap.world_rank(), comm->size()});
+  step = resumed.step;
+  start_epoch = resumed.epoch;
+  start_cursor = resumed.cursor;
+  best_test_acc = resumed.best_test_acc;
+  best_test_loss = resumed.best_test_loss;
+  if (loss_scaler && !resumed.loss_scale_restored) {
     log::warn("checkpoint {} holds no loss scale (written without loss scaling); starting from "
               "train.loss_scale_init={}", chosen, config().train.loss_scale_init);
   }
-  for (const auto& [name, value] : reader.read_group("metrics")) {
-    if (name == "best_test_acc") best_test_acc = value.item<double>();
-    if (name == "best_test_loss") best_test_loss = value.item<double>();
-  }
-  const std::string mine = "rank-" + std::to_string(bootstrap.world_rank()) + "/";
-  ckpt::NamedTensors generators;
-  for (const auto& [name, state] : reader.read_group("rng")) {
-    if (name.rfind(mine, 0) == 0) generators.emplace_back(name.substr(mine.size()), state);
-  }
-  if (meta.world_size == comm->size() && !generators.empty()) {
-    restore_rng_state(device, generators);
-  } else {
+  if (!resumed.generators_restored) {
     // Another world size: no rank's generators carry over; new ones, distinct per rank and step.
     torch::manual_seed(static_cast<std::uint64_t>(config().train.seed) * 1000003ULL +
                        static_cast<std::uint64_t>(bootstrap.world_rank()) + 1 +

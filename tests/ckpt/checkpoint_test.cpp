@@ -139,7 +139,8 @@ TEST_F(CheckpointTest, EveryGroupRoundTripsWithNestedNamesAndDtypes) {
     const NamedTensors read = reader.read_group(group);
     ASSERT_EQ(read.size(), saved.groups[group].size()) << group;
     for (const auto& [name, tensor] : saved.groups[group]) {
-      const auto found = std::find_if(read.begin(), read.end(), [&](const auto& r) { return r.first == name; });
+      const std::string& wanted = name;  // C++17 lambdas cannot capture a structured binding
+      const auto found = std::find_if(read.begin(), read.end(), [&](const auto& r) { return r.first == wanted; });
       ASSERT_NE(found, read.end()) << name;
       EXPECT_EQ(found->second.scalar_type(), tensor.scalar_type()) << name;
       EXPECT_TRUE(at::equal(found->second, tensor)) << name;
@@ -165,6 +166,22 @@ TEST_F(CheckpointTest, NewestFirstAndPruningKeepsTheNewestAndTheBest) {
   EXPECT_TRUE(fs::exists(dir_ + "/ckpt-100.h5"));
   EXPECT_TRUE(fs::exists(dir_ + "/ckpt-40.h5"));
   EXPECT_TRUE(fs::exists(dir_ + "/ckpt-5.h5")) << "the best is spared";
+}
+
+TEST(StoredScalar, OneValueOfTheRightKindOrAnErrorNamingIt) {
+  EXPECT_EQ(stored_int(at::full({}, 7, at::kLong), "count"), 7);
+  EXPECT_EQ(stored_int(at::full({1}, 3, at::kByte), "count"), 3);
+  EXPECT_DOUBLE_EQ(stored_double(at::full({}, 0.5, at::kDouble), "best"), 0.5);
+  EXPECT_DOUBLE_EQ(stored_double(at::full({}, 2, at::kLong), "best"), 2.0);
+  for (const at::Tensor& bad : {at::full({}, 1.5, at::kDouble), at::zeros({2}, at::kLong), at::zeros({0}, at::kLong)}) {
+    try {
+      stored_int(bad, "the count x");
+      FAIL() << bad;
+    } catch (const CheckpointError& e) {
+      EXPECT_EQ(std::string(e.what()), "the count x is not a single integer");
+    }
+  }
+  EXPECT_THROW(stored_double(at::zeros({2}), "best"), CheckpointError);
 }
 
 TEST_F(CheckpointTest, FlippedBytesFailVerificationAndOtherFilesAreRefused) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <numeric>
+
 namespace hpctrain::ddp {
 namespace {
 
@@ -46,6 +48,7 @@ TEST(BucketPlan, EveryParameterIsInExactlyOneBucket) {
       total += b.numel;
     }
     for (const int count : seen) EXPECT_EQ(count, 1) << "cap " << cap;
+    EXPECT_EQ(total, std::accumulate(numels.begin(), numels.end(), std::int64_t{0})) << "cap " << cap;
   }
 }
 

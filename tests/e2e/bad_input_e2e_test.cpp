@@ -164,27 +164,29 @@ void flip_tensor_byte(const std::string& path, const std::string& group, const s
   flip_byte(path, offset + 7);
 }
 
-// Rewrites the root attribute format_version (int64, 2) as 3: the attribute's name, then within
-// its message the value's eight bytes.
+// Writes the checkpoint again, everything as it was but format_version 3. (A patch of the bytes
+// would not do: the file format checksums its metadata, so the attribute would read as damage.)
 void write_future_format_version(const std::string& path) {
-  std::string bytes = read_binary(path);
-  const std::string name("format_version\0", 15);
-  const size_t named = bytes.find(name);
-  require(named != std::string::npos && bytes.find(name, named + 1) == std::string::npos,
-          "no single attribute format_version in " + path);
-  std::string two(8, '\0');
-  two[0] = 2;
-  const size_t value = bytes.find(two, named + name.size());
-  require(value != std::string::npos && value - named < 120, "no format_version 2 near its name in " + path);
-  bytes[value] = 3;
-  write_binary(path, bytes);
+  ckpt::Checkpoint future;
+  {
+    const ckpt::CheckpointReader reader(path);
+    future.meta = reader.meta();
+    for (const char* group : ckpt::kGroups) {
+      if (reader.has_group(group)) future.groups[group] = reader.read_group(group);
+    }
+  }
+  future.meta.format_version = 3;
+  const std::string scratch = path + ".future";
+  fs::create_directories(scratch);
+  fs::rename(ckpt::write_checkpoint(scratch, future), path);
+  fs::remove_all(scratch);
   std::string refusal;
   try {
     ckpt::CheckpointReader reader(path);
   } catch (const std::exception& e) {
     refusal = e.what();
   }
-  require(refusal.find("format version 3") != std::string::npos, "the patched file reads as: '" + refusal + "'");
+  require(refusal.find("format version 3") != std::string::npos, "the rewritten file reads as: '" + refusal + "'");
 }
 
 // --- the damage a row does ------------------------------------------------------------------------
@@ -396,6 +398,11 @@ std::vector<Case> dataset_cases() {
        1, "{train}", 3,
        {"{data}/train-00001.h5: field 'image' is uint8[300,1,28,28] but the manifest says uint8[400,1,28,28]"},
        RunDir::kNotCreated},
+      {"ManifestPointingOutsideTheDataset", Copy::kDataset,
+       set_manifest("/splits/train/shards/0/file", "\"../../train-00000.h5\""),
+       1, "{train}", 3,
+       {"{data}/manifest.json: shard '../../train-00000.h5' of split 'train' is not a file name inside the dataset directory"},
+       RunDir::kNotCreated},
       {"ManifestOfANewerVersion", Copy::kDataset, set_manifest("/version", "2"),
        1, "{train}", 3, {"{data}/manifest.json: format version 2 is newer than this hpctrain reads (1)"},
        RunDir::kNotCreated},
@@ -404,6 +411,8 @@ std::vector<Case> dataset_cases() {
       {"ManifestFieldOfAnotherDtype", Copy::kDataset, set_manifest("/fields/0/dtype", "\"float32\""),
        1, "{train}", 3, {"{data}/train-00000.h5: field 'image' is uint8[300,1,28,28] but the manifest says float32"},
        RunDir::kNotCreated},
+      {"ManifestFieldOfAnUnknownDtype", Copy::kDataset, set_manifest("/fields/1/dtype", "\"int28\""),
+       1, "{train}", 3, {"{data}/manifest.json: field 'label': unknown dtype 'int28'"}, RunDir::kNotCreated},
       {"ManifestWithAZeroStd", Copy::kDataset, set_manifest("/input_std", "0"),
        1, "{train}", 3, {"{data}/manifest.json: input_std must be > 0"}, RunDir::kNotCreated},
       {"LabelsOutsideTheDeclaredClasses", Copy::kDataset, set_manifest("/num_classes", "5"),

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <tuple>
 
 namespace hpctrain::io {
 namespace {
@@ -65,6 +66,47 @@ TEST(H5File, ErrorsCarryTheCallersExitCodeAndPath) {
   }
   fs::remove(path);
   EXPECT_THROW(H5File::open_read(path, ExitCode::kData), Error);
+}
+
+// Note [Checksummed metadata]: files are written in HDF5's 1.10 format, whose superblock
+// (version 2 or later, byte 8 of the file) and every piece of metadata carry checksums.
+TEST(H5File, WritesTheFormatWithChecksummedMetadata) {
+  const std::string path = temp_path("format.h5");
+  {
+    H5File file = H5File::create(path, ExitCode::kData);
+    const std::vector<float> data(16, 1.0F);
+    file.write("group/values", DType::kFloat32, {4, 4}, data.data(), WriteOptions{2, true, 0});
+    file.close();
+  }
+  std::ifstream in(path, std::ios::binary);
+  char header[9] = {};
+  in.read(header, sizeof header);
+  EXPECT_EQ(std::string(header, 8), "\x89HDF\r\n\x1a\n");
+  EXPECT_GE(static_cast<int>(header[8]), 2) << "superblock version";
+  fs::remove(path);
+}
+
+// Note [Layouts read safely]: two damaged files the fuzzers made (tests/fuzz/regressions), whose
+// layout declares chunks larger than the dataset, on which HDF5 would read past its own buffer.
+// Opening the dataset is refused; the file's other datasets still read.
+TEST(H5File, RefusesChunksLargerThanTheDataset) {
+  const std::string regressions = std::string(HPCTRAIN_SOURCE_DIR) + "/tests/fuzz/regressions/";
+  for (const auto& [file_name, damaged, sound] :
+       {std::tuple<std::string, std::string, std::string>{"shard/chunks-larger-than-the-dataset-f0340641.h5", "image", "label"},
+        {"checkpoint/chunks-larger-than-the-dataset-86273722.h5", "optim/layers.2.weight/exp_avg", "optim/layers.2.weight/exp_avg_sq"}}) {
+    const H5File file = H5File::open_read(regressions + file_name, ExitCode::kData);
+    try {
+      file.info(damaged);
+      FAIL() << file_name << ": expected an error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ExitCode::kData);
+      EXPECT_NE(std::string(e.what()).find("dataset '" + damaged + "' is stored in a layout hpctrain never writes"),
+                std::string::npos) << e.what();
+    }
+    std::vector<double> buffer(1024);
+    EXPECT_THROW(file.read(damaged, file.info(sound).dtype, buffer.data()), Error) << file_name;
+    EXPECT_NO_THROW(file.info(sound)) << file_name;
+  }
 }
 
 // A dataset 'bytes' of 64 rows of 1024 bytes 0x5A, chunked with fletcher32, with one byte in the

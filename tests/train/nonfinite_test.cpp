@@ -1,6 +1,8 @@
 #include "hpctrain/train/nonfinite.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <torch/torch.h>
 
 #include <limits>
@@ -72,6 +74,21 @@ TEST(SkippedSteps, StateRoundTripsAndTheRunInARowContinues) {
   SkippedSteps fresh({false, 2});
   fresh.load_state({{"step", torch::full({}, 7, torch::kLong)}});  // a checkpoint without the counts
   EXPECT_EQ(fresh.total(), 0);
+}
+
+// Counts from a damaged checkpoint: a NaN or a vector is a CheckpointError naming the entry (not
+// an error of the tensor library); a negative count reads as none.
+TEST(SkippedSteps, DamagedCountsAreCheckpointErrors) {
+  SkippedSteps steps({false, 2});
+  try {
+    steps.load_state({{"skipped_steps", torch::full({}, std::nan(""), torch::kDouble)}});
+    FAIL() << "expected an error";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("skipped_steps is not a single integer"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(steps.load_state({{"skipped_in_a_row", torch::zeros({2}, torch::kLong)}}), CheckpointError);
+  steps.load_state({{"skipped_steps", torch::full({}, -4, torch::kLong)}});
+  EXPECT_EQ(steps.total(), 0);
 }
 
 }  // namespace

@@ -86,6 +86,12 @@ class CheckpointReader {
 // Reads the metadata and the /model group into `model`. Throws CheckpointError.
 CheckpointMeta read_checkpoint(const std::string& path, const NamedTensors& model);
 
+// The one value of a stored scalar entry (a counter, a loss scale, a best metric), for readers
+// of state other than tensors. Throws CheckpointError naming `what` when `value` holds more or
+// fewer than one element, or (stored_int) a value that is not an integer.
+std::int64_t stored_int(const at::Tensor& value, const std::string& what);
+double stored_double(const at::Tensor& value, const std::string& what);
+
 // The file `<dir>/latest` points at, or "" when there is none.
 std::string latest_checkpoint(const std::string& dir);
 // Points `<dir>/best` at `path` (atomically, like `latest`); best_checkpoint reads it ("" if none).

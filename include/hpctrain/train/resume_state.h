@@ -1,0 +1,54 @@
+// What a resume reads from a checkpoint into a run's live objects: the model, the optimizer's
+// state, the skipped-step counts, the loss scale, the best evaluation and this rank's random
+// generators. Every malformed entry is a CheckpointError naming the file and the entry, never an
+// error of the tensor library (tests/fuzz/checkpoint_fuzz.cpp feeds it corrupted files).
+// Depends on ckpt, model and the train module's state holders; torch::optim is forward-declared.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hpctrain/ckpt/checkpoint.h"
+#include "hpctrain/model/model.h"
+#include "hpctrain/train/loss_scaler.h"
+#include "hpctrain/train/nonfinite.h"
+
+namespace torch::optim {
+class Optimizer;
+}  // namespace torch::optim
+
+namespace hpctrain::train {
+
+// The live objects a checkpoint is read into.
+struct ResumeTargets {
+  model::Model& model;
+  torch::optim::Optimizer& optimizer;
+  const std::vector<std::string>& parameter_names;  // in the optimizer's order
+  SkippedSteps& skipped;
+  LossScaler* loss_scaler = nullptr;  // null without loss scaling
+  c10::Device device = c10::Device(c10::kCPU);
+  int rank = 0;
+  int world_size = 1;
+};
+
+struct ResumedState {
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  std::int64_t cursor = 0;
+  std::optional<double> best_test_acc;
+  std::optional<double> best_test_loss;
+  // This rank's generators were restored: the checkpoint was written by as many ranks and holds
+  // them. Otherwise the caller seeds new ones.
+  bool generators_restored = false;
+  bool loss_scale_restored = false;  // the checkpoint held one and targets.loss_scaler took it
+};
+
+// Reads `reader`'s model, optimizer, schedule, loss-scaler, metrics and generator state into
+// `targets`. Throws CheckpointError.
+ResumedState read_resume_state(const ckpt::CheckpointReader& reader, const ResumeTargets& targets);
+
+}  // namespace hpctrain::train

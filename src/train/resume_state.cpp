@@ -1,0 +1,69 @@
+#include "hpctrain/train/resume_state.h"
+
+#include <torch/torch.h>
+
+#include "hpctrain/train/train_state.h"
+#include "hpctrain/train/trainer.h"
+
+namespace hpctrain::train {
+
+namespace {
+
+// This rank's generators ("rank-<r>/cpu", ...) with the rank prefix taken off.
+ckpt::NamedTensors generators_of_rank(const ckpt::CheckpointReader& reader, int rank) {
+  const std::string mine = "rank-" + std::to_string(rank) + "/";
+  ckpt::NamedTensors generators;
+  for (const auto& [name, state] : reader.read_group("rng")) {
+    if (name.rfind(mine, 0) == 0) generators.emplace_back(name.substr(mine.size()), state);
+  }
+  return generators;
+}
+
+}  // namespace
+
+ResumedState read_resume_state(const ckpt::CheckpointReader& reader, const ResumeTargets& targets) {
+  const ckpt::CheckpointMeta& meta = reader.meta();
+  ResumedState resumed;
+  resumed.step = meta.step;
+  resumed.epoch = meta.epoch;
+  resumed.cursor = meta.cursor;
+  if (meta.step < 0 || meta.epoch < 0 || meta.cursor < 0) {
+    throw CheckpointError(reader.path() + ": negative step, epoch or cursor (step " + std::to_string(meta.step) +
+                          ", epoch " + std::to_string(meta.epoch) + ", cursor " + std::to_string(meta.cursor) +
+                          "); the file is damaged");
+  }
+  reader.read_into("model", model_state(targets.model));
+  const ckpt::NamedTensors optim = reader.read_group("optim");
+  const ckpt::NamedTensors sched = reader.read_group("sched");
+  const ckpt::NamedTensors scaler = reader.read_group("loss_scaler");  // empty when absent
+  try {
+    load_optimizer_state(targets.optimizer, targets.parameter_names, optim);
+    targets.skipped.load_state(scaler);  // older checkpoints kept the skipped steps there
+    targets.skipped.load_state(sched);
+    if (targets.loss_scaler && reader.has_group("loss_scaler")) {
+      targets.loss_scaler->load_state(scaler);
+      resumed.loss_scale_restored = true;
+    }
+  } catch (const CheckpointError& e) {
+    throw CheckpointError(reader.path() + ": " + e.what());
+  }
+  for (const auto& [name, value] : reader.read_group("metrics")) {
+    if (name == "best_test_acc" || name == "best_test_loss") {
+      const double best = ckpt::stored_double(value, reader.path() + ": metrics/" + name);
+      (name == "best_test_acc" ? resumed.best_test_acc : resumed.best_test_loss) = best;
+    }
+  }
+  const ckpt::NamedTensors generators = generators_of_rank(reader, targets.rank);
+  if (meta.world_size == targets.world_size && !generators.empty()) {
+    try {
+      restore_rng_state(targets.device, generators);
+    } catch (const c10::Error& e) {
+      throw CheckpointError(reader.path() + ": rng/rank-" + std::to_string(targets.rank) +
+                            " is not a generator state of this libtorch: " + e.what_without_backtrace());
+    }
+    resumed.generators_restored = true;
+  }
+  return resumed;
+}
+
+}  // namespace hpctrain::train

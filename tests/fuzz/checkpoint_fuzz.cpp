@@ -1,0 +1,110 @@
+// The checkpoint reader: a checkpoint file as a resume reads it into a live model, optimizer,
+// skipped-step count, loss scaler and generators (train/resume_state.h), after comparing its
+// config with the run's, and as `hpctrain ckpt verify` reads every tensor of it.
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "fuzz_target.h"
+#include "hpctrain/ckpt/checkpoint.h"
+#include "hpctrain/config/parser.h"
+#include "hpctrain/core/error.h"
+#include "hpctrain/model/model.h"
+#include "hpctrain/train/loss_scaler.h"
+#include "hpctrain/train/nonfinite.h"
+#include "hpctrain/train/optimizer.h"
+#include "hpctrain/train/resume_policy.h"
+#include "hpctrain/train/resume_state.h"
+#include "hpctrain/train/train_state.h"
+#include "hpctrain/train/trainer.h"
+
+namespace hpctrain::fuzz {
+
+namespace {
+
+// A small mlp with AdamW state after one step, a loss scaler and a best accuracy: every group a
+// checkpoint can hold.
+struct Run {
+  std::string config_ini = config::to_ini(config::resolve("", {{"model.name", "mlp"}, {"model.mlp_hidden", "8"}},
+                                                          /*require_complete=*/false));
+  std::shared_ptr<model::Model> model;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::vector<std::string> parameter_names;
+  train::SkippedSteps skipped{train::NonfinitePolicy{}};
+  train::LossScaler loss_scaler;
+
+  Run() {
+    torch::manual_seed(3);
+    config::ModelConfig m;
+    m.name = "mlp";
+    m.mlp_hidden = "8";
+    model = model::make_model(m, model::ModelSpec{{1, 4, 4}, 3});
+    config::OptimConfig o;
+    o.name = "adamw";
+    o.lr = 1e-3;
+    o.beta1 = 0.9;
+    o.beta2 = 0.999;
+    o.eps = 1e-8;
+    train::NamedParameters named;
+    for (auto& p : model->module().named_parameters()) named.emplace_back(p.key(), p.value());
+    optimizer = train::make_optimizer(o, named);
+    parameter_names = train::names_in_optimizer_order(*optimizer, named);
+    optimizer->zero_grad();
+    model->forward(torch::rand({2, 1, 4, 4})).sum().backward();
+    optimizer->step();
+  }
+
+  std::string write(const std::string& dir) {
+    ckpt::Checkpoint checkpoint;
+    checkpoint.meta.step = 1;
+    checkpoint.meta.model_name = "mlp";
+    checkpoint.meta.config_text = config_ini;
+    checkpoint.groups["model"] = train::model_state(*model);
+    checkpoint.groups["optim"] = train::optimizer_state(*optimizer, parameter_names);
+    checkpoint.groups["sched"] = skipped.state();
+    checkpoint.groups["sched"].emplace_back("step", torch::full({}, 1, torch::kInt64));
+    checkpoint.groups["loss_scaler"] = loss_scaler.state();
+    checkpoint.groups["metrics"] = {{"best_test_acc", torch::full({}, 0.5, torch::kDouble)}};
+    for (auto& [name, state] : train::rng_state(c10::Device(c10::kCPU))) {
+      checkpoint.groups["rng"].emplace_back("rank-0/" + name, state);
+    }
+    return ckpt::write_checkpoint(dir, checkpoint);
+  }
+};
+
+Run& run() {
+  static Run the_run;
+  return the_run;
+}
+
+}  // namespace
+
+void write_seeds(const std::string& dir) {
+  const std::string written = run().write(scratch_dir() + "/seed-checkpoints");
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(written, dir + "/mlp-adamw-scaler.h5", std::filesystem::copy_options::overwrite_existing);
+}
+
+}  // namespace hpctrain::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace hpctrain;
+  static const std::string path = [] {
+    fuzz::silence_logs();
+    return fuzz::scratch_dir() + "/ckpt-1.h5";
+  }();
+  fuzz::Run& run = fuzz::run();
+  fuzz::write_file(path, data, size);
+  try {
+    const ckpt::CheckpointReader reader(path);
+    (void)train::resume_config_changes(reader.meta().config_text, run.config_ini);
+    train::read_resume_state(reader, train::ResumeTargets{*run.model, *run.optimizer, run.parameter_names,
+                                                          run.skipped, &run.loss_scaler});
+    reader.verify();
+  } catch (const Error& e) {
+    if (e.code() != ExitCode::kCheckpoint) throw;  // refused with a message: what a user sees
+  }
+  return 0;
+}

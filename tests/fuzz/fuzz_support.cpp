@@ -1,0 +1,59 @@
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <unistd.h>
+
+#include "fuzz_target.h"
+
+namespace hpctrain::fuzz {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct ScratchDir {
+  std::string path;
+  ScratchDir() {
+    const char* tmp = std::getenv("TMPDIR");
+    const fs::path base = tmp ? fs::path(tmp) : fs::is_directory("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
+    path = (base / ("hpctrain-fuzz-" + std::to_string(::getpid()))).string();
+    fs::create_directories(path);
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
+}  // namespace
+
+const std::string& scratch_dir() {
+  static const ScratchDir dir;
+  return dir.path;
+}
+
+void write_file(const std::string& path, const std::uint8_t* data, std::size_t size) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  if (!out) throw std::runtime_error("fuzz: cannot write " + path);
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  write_file(path, reinterpret_cast<const std::uint8_t*>(text.data()), text.size());
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+void silence_logs() { spdlog::set_level(spdlog::level::off); }
+
+}  // namespace hpctrain::fuzz
