@@ -4,7 +4,9 @@
 # crashing one to build/asan/fuzz/<target>/crash-*: copy it into tests/fuzz/regressions/<target>/
 # once fixed, and CTest replays it in every build (docs/reliability.md).
 #   jobs/fuzz.sh TARGET [--minutes N] [--jobs J]   TARGET: config | manifest | shard | checkpoint
-#   jobs/fuzz.sh TARGET --reseed                    rewrite the seed corpus from the target's write_seeds
+#   jobs/fuzz.sh TARGET --reseed                    rewrite the seeds the target's write_seeds makes
+#                                                   (other files of the corpus, such as the
+#                                                   original-format fixtures, are kept)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,16 +25,23 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument '$1'" ;;
   esac
 done
+[[ "$minutes" =~ ^[1-9][0-9]*$ ]] || die "--minutes must be a positive whole number, not '$minutes'"
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || die "--jobs must be a positive whole number, not '$jobs'"
 
-bin="build/asan/tests/fuzz_$target"
-[ -x "$bin" ] || die "$bin not built: run jobs/build.sh asan"
 seeds="tests/fuzz/corpus/$target"
 if [ "$reseed" = 1 ]; then
-  rm -rf "$seeds"
-  "build/asan/tests/fuzz_replay_$target" --write-seeds "$seeds"
+  replay="build/asan/tests/fuzz_replay_$target"
+  [ -x "$replay" ] || die "$replay not built: run jobs/build.sh asan"
+  fresh=$(mktemp -d)
+  "$replay" --write-seeds "$fresh"
+  mkdir -p "$seeds"
+  cp "$fresh"/* "$seeds"/
+  rm -rf "$fresh"
   ls -l "$seeds"
   exit 0
 fi
+bin="build/asan/tests/fuzz_$target"
+[ -x "$bin" ] || die "$bin not built: run jobs/build.sh asan"
 
 out="build/asan/fuzz/$target"
 mkdir -p "$out/corpus"
@@ -49,7 +58,8 @@ dict=()
 if [ "$target" = config ]; then
   # The option names and sections, from the generated reference, so the fuzzer writes keys that exist.
   grep -oE '^\| `[a-z_]+\.[a-z_0-9]+`' docs/configuration.md | sed -E 's/^\| `([a-z_]+)\.([a-z_0-9]+)`/"[\1]"\n"\2 = "/' \
-    | sort -u > "$out/options.dict"
+    | sort -u > "$out/options.dict" || true
+  [ -s "$out/options.dict" ] || die "no options found in docs/configuration.md for the dictionary"
   dict=(-dict="$PWD/$out/options.dict")
 elif [ -f "tests/fuzz/$target.dict" ]; then
   dict=(-dict="$PWD/tests/fuzz/$target.dict")

@@ -2,6 +2,8 @@
 # Installs hpctrain's build and run dependencies from Debian 12 packages. Idempotent: installs only
 # what is missing, and does nothing (not even apt-get update) when everything is present.
 # Works as root or through sudo. CUDA and NCCL are optional and not installed here.
+#   jobs/install-deps.sh [--sanitizers]   (--sanitizers: also clang and its sanitizer and
+#                                          libFuzzer runtimes, for the asan preset)
 set -euo pipefail
 
 packages=(
@@ -21,6 +23,9 @@ packages=(
   gnuplot-nox                        # jobs/plot.sh: a run's curves as PNG
   python3-torch                      # tests: an exported state_dict loads in PyTorch (weights_only)
 )
+if [ "${1:-}" = "--sanitizers" ]; then
+  packages+=(clang libclang-rt-dev)  # the asan preset: jobs/sanitize.sh, jobs/fuzz.sh
+fi
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -3,12 +3,12 @@
 # MPI and fuzz-replay tests under it; ends with one line "N passed, N failed". Run before each
 # release (docs/reliability.md): the instrumented build takes longer than CI allows.
 # Suppressions (tests/sanitizers/) cover third-party code only, each with its reason.
-#   jobs/sanitize.sh [extra ctest arguments]
+#   jobs/sanitize.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source jobs/env.sh
 
-bash jobs/install-deps.sh || exit 1
+bash jobs/install-deps.sh --sanitizers || exit 1
 bash jobs/build.sh asan || exit 1
 
 supp="$PWD/tests/sanitizers"
@@ -24,9 +24,9 @@ log=$(mktemp)
 status=0
 # Two passes: Open MPI's leaks are matched by the libraries deep in their stacks, which only the
 # slow unwinder reaches (lsan.supp); it would slow the libtorch-heavy unit tests several-fold.
-ASAN_OPTIONS="$asan" ctest --test-dir build/asan --output-on-failure --timeout 900 -L 'unit|fuzz' "$@" 2>&1 | tee -a "$log"
+ASAN_OPTIONS="$asan" ctest --test-dir build/asan --output-on-failure -L 'unit|fuzz' 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
-ASAN_OPTIONS="$asan:fast_unwind_on_malloc=0" ctest --test-dir build/asan --output-on-failure --timeout 900 -L mpi "$@" 2>&1 | tee -a "$log"
+ASAN_OPTIONS="$asan:fast_unwind_on_malloc=0" ctest --test-dir build/asan --output-on-failure -L mpi 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 summaries=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$log")
 rm -f "$log"

@@ -218,7 +218,13 @@ NamedTensors CheckpointReader::read_group_unchecked(const std::string& group) co
   NamedTensors out;
   for (const auto& name : file_.list_datasets(group)) {
     const io::DatasetInfo info = file_.info(group + "/" + name);
-    at::Tensor host = at::empty(info.shape, at::TensorOptions().dtype(scalar_type(info.dtype)));
+    at::Tensor host;
+    try {
+      host = at::empty(info.shape, at::TensorOptions().dtype(scalar_type(info.dtype)));
+    } catch (const c10::Error&) {
+      throw CheckpointError(path_ + ": " + group + "/" + name + " declares the shape " + io::shape_text(info.shape) +
+                            ", which cannot be allocated; the file is damaged");
+    }
     file_.read(group + "/" + name, info.dtype == io::DType::kUInt16 ? io::DType::kInt32 : info.dtype,
                host.data_ptr());
     out.emplace_back(name, host);
@@ -240,9 +246,10 @@ CheckpointMeta read_checkpoint(const std::string& path, const NamedTensors& mode
   return reader.meta();
 }
 
-std::int64_t stored_int(const at::Tensor& value, const std::string& what) {
-  if (value.numel() != 1 || value.is_floating_point() || value.is_complex() || value.scalar_type() == at::kBool) {
-    throw CheckpointError(what + " is not a single integer");
+std::int64_t stored_count(const at::Tensor& value, const std::string& what) {
+  if (value.numel() != 1 || value.is_floating_point() || value.is_complex() || value.scalar_type() == at::kBool ||
+      value.item<std::int64_t>() < 0) {
+    throw CheckpointError(what + " is not a single non-negative integer");
   }
   return value.item<std::int64_t>();
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 namespace hpctrain::data {
 
@@ -71,9 +72,14 @@ Manifest Manifest::load(const std::string& dataset_dir) {
     }
     for (const auto& [split_name, s] : j.at("splits").items()) {
       SplitSpec split;
+      std::int64_t total = 0;
       for (const auto& shard : s.at("shards")) {
         split.shards.push_back({shard.at("file").get<std::string>(), shard.at("samples").get<std::int64_t>()});
         check_shard_entry(path, split_name, split.shards.back());
+        if (split.shards.back().samples > std::numeric_limits<std::int64_t>::max() - total) {
+          throw DataError(path + ": split '" + split_name + "' counts more samples than 64 bits hold; the manifest is damaged");
+        }
+        total += split.shards.back().samples;
       }
       m.splits[split_name] = split;
     }

@@ -8,6 +8,7 @@
 
 #include "hdf5_handles.h"
 #include "hpctrain/io/fletcher32.h"
+#include "hpctrain/io/open_objects.h"
 
 namespace hpctrain::io {
 namespace {
@@ -38,7 +39,6 @@ std::vector<hsize_t> to_hsize(const std::vector<std::int64_t>& shape) {
   return std::vector<hsize_t>(shape.begin(), shape.end());
 }
 
-
 }  // namespace
 
 std::recursive_mutex& library_mutex() {
@@ -46,11 +46,12 @@ std::recursive_mutex& library_mutex() {
   return mutex;
 }
 
-// Note [Layouts read safely]: HDF5 1.10 trusts a dataset's layout message. Chunks declared larger
-// than their dataset make it copy a whole chunk's worth out of a smaller buffer: a heap over-read
-// inside the library that fuzz_shard and fuzz_checkpoint found in damaged files. hpctrain writes
-// contiguous datasets, or chunks no larger than their dataset (io::WriteOptions), so any other
-// layout is refused before a read.
+// Note [Layouts read safely]: HDF5 1.10 trusts a dataset's layout message. In damaged files whose
+// chunk size had grown larger than the dataset while the stored chunks had not, it copied a whole
+// chunk's worth out of a smaller buffer: a heap over-read inside the library that fuzz_shard and
+// fuzz_checkpoint found. Chunks larger than the data are legal HDF5, but hpctrain never writes
+// them (io::WriteOptions: chunks no larger than their dataset, or contiguous datasets), so a
+// guard refuses every layout it does not write before a read.
 void check_layout(hid_t set, const std::string& where, ExitCode code) {
   const Handle dcpl(H5Dget_create_plist(set));
   const Handle space(H5Dget_space(set));
@@ -70,6 +71,11 @@ void check_layout(hid_t set, const std::string& where, ExitCode code) {
                 "compact): the file is damaged",
                 code);
   }
+}
+
+std::int64_t open_hdf5_objects() {
+  const LibraryLock lock;
+  return static_cast<std::int64_t>(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL));
 }
 
 const char* dtype_name(DType dtype) {
@@ -148,13 +154,17 @@ H5File H5File::create(const std::string& path, ExitCode code) {
   // checksums; a damaged object header or chunk index reaches the library's parsers, and HDF5 1.10
   // has crashed on such files (a division by zero opening a dataset, found by fuzz_checkpoint).
   // The 1.10 format checksums every piece of metadata (superblock, object headers, chunk indexes),
-  // so damage is reported as an error before it is parsed. Readers need HDF5 >= 1.10.
+  // so damage is reported as an error before it is parsed. Both bounds are 1.10, so any HDF5 from
+  // 1.10 on reads the files, whichever newer version wrote them. (HDF5 1.10.0 and 1.10.1 name no
+  // V110 bound; their LATEST is the 1.10 format.) The 0-d datasets (counters, the loss scale) are
+  // stored unchunked, without a checksum of their value: their readers range-check them.
   const Handle access(H5Pcreate(H5P_FILE_ACCESS));
 #if H5_VERSION_GE(1, 10, 2)
-  H5Pset_libver_bounds(access.get(), H5F_LIBVER_V110, H5F_LIBVER_LATEST);
+  const herr_t bounds = H5Pset_libver_bounds(access.get(), H5F_LIBVER_V110, H5F_LIBVER_V110);
 #else
-  H5Pset_libver_bounds(access.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+  const herr_t bounds = H5Pset_libver_bounds(access.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
 #endif
+  if (bounds < 0) throw Error(path + ": cannot select HDF5's 1.10 file format: " + hdf5_message(), code);
   const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get());
   if (id < 0) throw Error(path + ": cannot create HDF5 file: " + hdf5_message(), code);
   return H5File(id, path, code);

@@ -44,7 +44,7 @@ void LossScaler::load_state(const ckpt::NamedTensors& stored) {
       scale_ = ckpt::stored_double(value, "loss scaler entry '" + name + "'");
       have_scale = true;
     } else if (name == "good_steps") {
-      good_steps_ = std::max<std::int64_t>(0, ckpt::stored_int(value, "loss scaler entry '" + name + "'"));
+      good_steps_ = ckpt::stored_count(value, "loss scaler entry '" + name + "'");
     }
   }
   if (!have_scale || !std::isfinite(scale_) || scale_ <= 0) {

@@ -1,7 +1,5 @@
 #include "hpctrain/train/nonfinite.h"
 
-#include <algorithm>
-
 #include <ATen/ATen.h>
 
 namespace hpctrain::train {
@@ -73,8 +71,8 @@ ckpt::NamedTensors SkippedSteps::state() const {
 
 void SkippedSteps::load_state(const ckpt::NamedTensors& stored) {
   for (const auto& [name, value] : stored) {
-    if (name == "skipped_steps") total_ = std::max<std::int64_t>(0, ckpt::stored_int(value, "the count " + name));
-    if (name == "skipped_in_a_row") in_a_row_ = std::max<std::int64_t>(0, ckpt::stored_int(value, "the count " + name));
+    if (name == "skipped_steps") total_ = ckpt::stored_count(value, "the count " + name);
+    if (name == "skipped_in_a_row") in_a_row_ = ckpt::stored_count(value, "the count " + name);
   }
 }
 

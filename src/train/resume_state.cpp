@@ -50,6 +50,10 @@ ResumedState read_resume_state(const ckpt::CheckpointReader& reader, const Resum
   for (const auto& [name, value] : reader.read_group("metrics")) {
     if (name == "best_test_acc" || name == "best_test_loss") {
       const double best = ckpt::stored_double(value, reader.path() + ": metrics/" + name);
+      if (name == "best_test_acc" && !(best >= 0.0 && best <= 1.0)) {
+        throw CheckpointError(reader.path() + ": metrics/best_test_acc is " + std::to_string(best) +
+                              ", not an accuracy; the file is damaged");
+      }
       (name == "best_test_acc" ? resumed.best_test_acc : resumed.best_test_loss) = best;
     }
   }

@@ -100,7 +100,7 @@ void load_optimizer_state(optim::Optimizer& optimizer, const std::vector<std::st
     if (adamw) {
       auto restored = std::make_unique<optim::AdamWParamState>();
       if (state.count("step") == 0) throw CheckpointError("optimizer state of " + parameter + " has no step");
-      restored->step(ckpt::stored_int(state.at("step"), "optimizer state " + parameter + "/step"));
+      restored->step(ckpt::stored_count(state.at("step"), "optimizer state " + parameter + "/step"));
       restored->exp_avg(on_device("exp_avg"));
       restored->exp_avg_sq(on_device("exp_avg_sq"));
       if (state.count("max_exp_avg_sq") > 0) restored->max_exp_avg_sq(on_device("max_exp_avg_sq"));

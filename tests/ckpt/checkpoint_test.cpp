@@ -169,16 +169,17 @@ TEST_F(CheckpointTest, NewestFirstAndPruningKeepsTheNewestAndTheBest) {
 }
 
 TEST(StoredScalar, OneValueOfTheRightKindOrAnErrorNamingIt) {
-  EXPECT_EQ(stored_int(at::full({}, 7, at::kLong), "count"), 7);
-  EXPECT_EQ(stored_int(at::full({1}, 3, at::kByte), "count"), 3);
+  EXPECT_EQ(stored_count(at::full({}, 7, at::kLong), "count"), 7);
+  EXPECT_EQ(stored_count(at::full({1}, 3, at::kByte), "count"), 3);
   EXPECT_DOUBLE_EQ(stored_double(at::full({}, 0.5, at::kDouble), "best"), 0.5);
   EXPECT_DOUBLE_EQ(stored_double(at::full({}, 2, at::kLong), "best"), 2.0);
-  for (const at::Tensor& bad : {at::full({}, 1.5, at::kDouble), at::zeros({2}, at::kLong), at::zeros({0}, at::kLong)}) {
+  for (const at::Tensor& bad : {at::full({}, 1.5, at::kDouble), at::zeros({2}, at::kLong), at::zeros({0}, at::kLong),
+                                 at::full({}, -1, at::kLong)}) {
     try {
-      stored_int(bad, "the count x");
+      stored_count(bad, "the count x");
       FAIL() << bad;
     } catch (const CheckpointError& e) {
-      EXPECT_EQ(std::string(e.what()), "the count x is not a single integer");
+      EXPECT_EQ(std::string(e.what()), "the count x is not a single non-negative integer");
     }
   }
   EXPECT_THROW(stored_double(at::zeros({2}), "best"), CheckpointError);

@@ -103,8 +103,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     train::read_resume_state(reader, train::ResumeTargets{*run.model, *run.optimizer, run.parameter_names,
                                                           run.skipped, &run.loss_scaler});
     reader.verify();
+    fuzz::record(fuzz::Outcome::kAccepted);
   } catch (const Error& e) {
-    if (e.code() != ExitCode::kCheckpoint) throw;  // refused with a message: what a user sees
+    if (e.code() != ExitCode::kCheckpoint) throw;
+    fuzz::record(fuzz::Outcome::kRefused);  // with a message: what a user sees
   }
+  fuzz::expect_no_open_hdf5_objects();
   return 0;
 }

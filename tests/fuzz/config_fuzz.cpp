@@ -34,12 +34,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     parsed = config::resolve(path, {}, /*require_complete=*/true);  // ...and nothing required missing
   } catch (const Error& e) {
     if (e.code() != ExitCode::kUsage) throw;
-    return 0;  // refused with a message: what a user sees
+    fuzz::record(fuzz::Outcome::kRefused);  // with a message: what a user sees
+    return 0;
   }
   const std::string ini = config::to_ini(parsed);
   fuzz::write_file(path, ini);
   const std::string again = config::to_ini(config::resolve(path, {}, /*require_complete=*/false));
   if (again != ini) throw std::logic_error("to_ini does not round-trip:\n" + ini + "\n---\n" + again);
   if (!config::ini_differences(ini, again).empty()) throw std::logic_error("ini_differences of equal texts");
+  fuzz::record(fuzz::Outcome::kAccepted);
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "fuzz_target.h"
+#include "hpctrain/io/open_objects.h"
 
 namespace hpctrain::fuzz {
 
@@ -55,5 +56,18 @@ std::string read_file(const std::string& path) {
 }
 
 void silence_logs() { spdlog::set_level(spdlog::level::off); }
+
+namespace {
+Outcome recorded = Outcome::kRefused;
+}  // namespace
+
+void record(Outcome outcome) { recorded = outcome; }
+
+Outcome last_outcome() { return recorded; }
+
+void expect_no_open_hdf5_objects() {
+  const std::int64_t open = io::open_hdf5_objects();
+  if (open != 0) throw std::logic_error(std::to_string(open) + " HDF5 object(s) left open after the input");
+}
 
 }  // namespace hpctrain::fuzz

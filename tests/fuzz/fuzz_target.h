@@ -1,7 +1,7 @@
 // What the fuzz targets share. Each target (config_fuzz.cpp, ...) defines libFuzzer's entry point,
 // LLVMFuzzerTestOneInput, and write_seeds, which writes the valid inputs its seed corpus starts
 // from. A target builds two ways (tests/CMakeLists.txt): with clang's libFuzzer as
-// fuzz_<target> (the `fuzz` preset, jobs/fuzz.sh), and with replay_main.cpp as
+// fuzz_<target> (the `asan` preset, jobs/fuzz.sh), and with replay_main.cpp as
 // fuzz_replay_<target>, which every build has and CTest runs over the corpus and the regression
 // inputs, so an input that once crashed stays fixed.
 // A target accepts exactly the errors hpctrain reports to users for that input: an hpctrain::Error
@@ -30,5 +30,14 @@ std::string read_file(const std::string& path);
 
 // Quiet logging (warnings about malformed input are expected by the thousand).
 void silence_logs();
+
+// What the last input came to, recorded by the target: read without an error, or refused with
+// the input's user-facing error. The replay checks that every seed is accepted.
+enum class Outcome { kAccepted, kRefused };
+void record(Outcome outcome);
+Outcome last_outcome();
+
+// Throws std::logic_error when HDF5 objects are left open after an input (io/open_objects.h).
+void expect_no_open_hdf5_objects();
 
 }  // namespace hpctrain::fuzz

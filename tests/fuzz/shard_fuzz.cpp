@@ -1,37 +1,16 @@
 // A dataset shard: the HDF5 file of the training split, replaced by the input, read beside a
 // valid manifest by everything a run and `hpctrain data inspect --verify` read.
-#include <filesystem>
 #include <string>
 
 #include "fuzz_target.h"
-#include "hpctrain/core/error.h"
 #include "tiny_dataset.h"
 
 namespace hpctrain::fuzz {
 
-void write_seeds(const std::string& dir) {
-  const std::string dataset = scratch_dir() + "/seed-dataset";
-  write_tiny_dataset(dataset);
-  std::filesystem::create_directories(dir);
-  std::filesystem::copy_file(dataset + "/" + kTinyTrainShard, dir + "/tiny-train-shard.h5",
-                             std::filesystem::copy_options::overwrite_existing);
-}
+void write_seeds(const std::string& dir) { write_tiny_dataset_seed(kTinyTrainShard, dir, "tiny-train-shard.h5"); }
 
 }  // namespace hpctrain::fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  using namespace hpctrain;
-  static const std::string dir = [] {
-    fuzz::silence_logs();
-    const std::string path = fuzz::scratch_dir() + "/dataset";
-    fuzz::write_tiny_dataset(path);
-    return path;
-  }();
-  fuzz::write_file(dir + "/" + fuzz::kTinyTrainShard, data, size);
-  try {
-    fuzz::read_dataset_like_a_run(dir);
-  } catch (const Error& e) {
-    if (e.code() != ExitCode::kData) throw;  // refused with a message: what a user sees
-  }
-  return 0;
+  return hpctrain::fuzz::fuzz_tiny_dataset_file(hpctrain::fuzz::kTinyTrainShard, data, size);
 }

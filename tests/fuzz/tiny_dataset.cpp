@@ -7,6 +7,8 @@
 #include <numeric>
 #include <vector>
 
+#include "fuzz_target.h"
+#include "hpctrain/core/error.h"
 #include "hpctrain/data/dataset_check.h"
 #include "hpctrain/data/manifest.h"
 #include "hpctrain/data/shard_writer.h"
@@ -33,6 +35,8 @@ void write_tiny_dataset(const std::string& dir) {
   manifest.save(dir);
 }
 
+namespace {
+
 void read_dataset_like_a_run(const std::string& dir) {
   const data::Manifest manifest = data::Manifest::load(dir);
   data::check_structure(dir, manifest);
@@ -45,6 +49,34 @@ void read_dataset_like_a_run(const std::string& dir) {
     (void)split.normalize(batch.input).sum().item<double>();
     if (split.size() > 1) (void)split.range(1, split.size() - 1);
   }
+}
+
+}  // namespace
+
+void write_tiny_dataset_seed(const std::string& file, const std::string& dir, const std::string& seed) {
+  const std::string dataset = scratch_dir() + "/seed-dataset";
+  write_tiny_dataset(dataset);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(dataset + "/" + file, dir + "/" + seed, std::filesystem::copy_options::overwrite_existing);
+}
+
+int fuzz_tiny_dataset_file(const std::string& file, const std::uint8_t* data, std::size_t size) {
+  static const std::string dir = [] {
+    silence_logs();
+    const std::string path = scratch_dir() + "/dataset";
+    write_tiny_dataset(path);
+    return path;
+  }();
+  write_file(dir + "/" + file, data, size);
+  try {
+    read_dataset_like_a_run(dir);
+    record(Outcome::kAccepted);
+  } catch (const Error& e) {
+    if (e.code() != ExitCode::kData) throw;
+    record(Outcome::kRefused);  // with a message: what a user sees
+  }
+  expect_no_open_hdf5_objects();
+  return 0;
 }
 
 }  // namespace hpctrain::fuzz

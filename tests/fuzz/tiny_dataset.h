@@ -1,8 +1,10 @@
-// The small valid dataset the dataset targets read around the fuzzed file: 12 training and 4 test
+// The small valid dataset the dataset targets put the fuzzed file into: 12 training and 4 test
 // samples of 1x4x4 uint8 pixels with int64 labels, one shard per split, as `hpctrain prepare`
 // lays them out.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace hpctrain::fuzz {
@@ -12,9 +14,13 @@ inline constexpr const char* kTinyTrainShard = "train-00000.h5";
 // Writes the dataset (manifest.json and the shards) into `dir`, which is created.
 void write_tiny_dataset(const std::string& dir);
 
-// Every way the trainer and `hpctrain data inspect` read a dataset directory: the manifest, each
-// split's structure against it, every byte of it, and each split's samples through Split.
-// Throws DataError as they do.
-void read_dataset_like_a_run(const std::string& dir);
+// Copies `file` of a freshly written dataset to `dir`/`seed` (a target's write_seeds).
+void write_tiny_dataset_seed(const std::string& file, const std::string& dir, const std::string& seed);
+
+// A dataset target's whole test: `file` of the dataset (written once per process) replaced by the
+// input, then read every way the trainer and `hpctrain data inspect --verify` read a dataset
+// directory: the manifest, each split's structure against it, every byte of it, and each split's
+// samples through Split. An error with exit code 3 is the accepted outcome; anything else escapes.
+int fuzz_tiny_dataset_file(const std::string& file, const std::uint8_t* data, std::size_t size);
 
 }  // namespace hpctrain::fuzz

@@ -8,15 +8,23 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "hpctrain/ckpt/checkpoint.h"
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/system.h"
+#include "hpctrain/model/model.h"
 #include "hpctrain/train/lr_schedule.h"
+#include "hpctrain/train/nonfinite.h"
 #include "hpctrain/train/optimizer.h"
 #include "hpctrain/train/resume_policy.h"
+#include "hpctrain/train/resume_state.h"
 #include "hpctrain/train/train_state.h"
+#include "hpctrain/train/trainer.h"
 
 namespace hpctrain::train {
 namespace {
@@ -154,6 +162,64 @@ TEST(TrainState, OptimizerStateRoundTripsForAdamWAndSgd) {
   auto sgd = make_optimizer(o, {{"p", p}});
   EXPECT_THROW(load_optimizer_state(*sgd, {"p"}, {{"q/momentum_buffer", torch::zeros({2})}}), CheckpointError);
   EXPECT_THROW(load_optimizer_state(*sgd, {"p"}, {{"p/momentum_buffer", torch::zeros({3})}}), CheckpointError);
+}
+
+// read_resume_state puts a checkpoint's state back into live objects; the 0-d entries, stored
+// without a checksum, are range-checked, and a damaged one is an error naming file and entry.
+TEST_F(ResumePolicy, ResumeStateComesBackAndDamagedScalarsAreRefused) {
+  torch::manual_seed(2);
+  config::ModelConfig m;
+  m.name = "mlp";
+  m.mlp_hidden = "8";
+  const std::shared_ptr<model::Model> net = model::make_model(m, model::ModelSpec{{1, 4, 4}, 3});
+  config::OptimConfig o;
+  o.name = "sgd";
+  o.lr = 0.1;
+  o.momentum = 0.9;
+  NamedParameters named;
+  for (auto& p : net->module().named_parameters()) named.emplace_back(p.key(), p.value());
+  auto optimizer = make_optimizer(o, named);
+  const std::vector<std::string> names = names_in_optimizer_order(*optimizer, named);
+  optimizer->zero_grad();
+  net->forward(torch::rand({2, 1, 4, 4})).sum().backward();
+  optimizer->step();
+  const auto write_with = [&](std::int64_t step, double best_accuracy) {
+    ckpt::Checkpoint c;
+    c.meta.step = step;
+    c.meta.epoch = 1;
+    c.meta.cursor = 6;
+    c.groups["model"] = model_state(*net);
+    c.groups["optim"] = optimizer_state(*optimizer, names);
+    c.groups["sched"] = {{"skipped_steps", torch::full({}, 4, torch::kLong)}};
+    c.groups["metrics"] = {{"best_test_acc", torch::full({}, best_accuracy, torch::kDouble)}};
+    for (const auto& [name, state] : rng_state(c10::Device(c10::kCPU))) c.groups["rng"].emplace_back("rank-0/" + name, state);
+    return ckpt::write_checkpoint(dir_, c);
+  };
+  SkippedSteps skipped(NonfinitePolicy{});
+  const ResumeTargets targets{*net, *optimizer, names, skipped};
+  const ResumedState resumed = read_resume_state(ckpt::CheckpointReader(write_with(7, 0.5)), targets);
+  EXPECT_EQ(resumed.step, 7);
+  EXPECT_EQ(resumed.epoch, 1);
+  EXPECT_EQ(resumed.cursor, 6);
+  EXPECT_EQ(resumed.best_test_acc, 0.5);
+  EXPECT_FALSE(resumed.best_test_loss);
+  EXPECT_TRUE(resumed.generators_restored);
+  EXPECT_FALSE(resumed.loss_scale_restored);
+  EXPECT_EQ(skipped.total(), 4);
+  EXPECT_EQ(optimizer_state(*optimizer, names).size(), names.size());  // a momentum buffer each
+
+  for (const auto& [step, accuracy, expected] :
+       {std::tuple<std::int64_t, double, std::string>{-1, 0.5, "negative step, epoch or cursor"},
+        {8, 1.5, "metrics/best_test_acc is 1.500000, not an accuracy"}}) {
+    const std::string path = write_with(step, accuracy);
+    try {
+      read_resume_state(ckpt::CheckpointReader(path), targets);
+      FAIL() << expected;
+    } catch (const CheckpointError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(path + ": ", 0), 0u) << e.what();
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(TrainState, GeneratorStateRoundTrips) {

@@ -87,9 +87,11 @@ class CheckpointReader {
 CheckpointMeta read_checkpoint(const std::string& path, const NamedTensors& model);
 
 // The one value of a stored scalar entry (a counter, a loss scale, a best metric), for readers
-// of state other than tensors. Throws CheckpointError naming `what` when `value` holds more or
-// fewer than one element, or (stored_int) a value that is not an integer.
-std::int64_t stored_int(const at::Tensor& value, const std::string& what);
+// of state other than tensors. 0-d entries are stored without a checksum, so a damaged one may
+// read as another value: a count must be a non-negative integer. Throws CheckpointError naming
+// `what` when `value` holds more or fewer than one element, or (stored_count) a value that is not
+// a non-negative integer.
+std::int64_t stored_count(const at::Tensor& value, const std::string& what);
 double stored_double(const at::Tensor& value, const std::string& what);
 
 // The file `<dir>/latest` points at, or "" when there is none.
