@@ -4,6 +4,7 @@
 
 #include "hpctrain/cli/commands.h"
 #include "hpctrain/config/parser.h"
+#include "hpctrain/core/activity.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/stop_signals.h"
@@ -42,6 +43,11 @@ int run_train(const Args& args) {
   train::TrainingSetup setup = train::prepare_training(config, /*need_train_split=*/true);
 
   const auto bootstrap = start_mpi(config.log, config.dist.timeout_s, /*whole_allocation=*/true);
+  if (config.ckpt.write_timeout_s > 0) {
+    activity::set_limit(activity::Kind::kCheckpoint, config.ckpt.write_timeout_s, "ckpt.write_timeout_s");
+  } else {
+    activity::set_limit(activity::Kind::kCheckpoint, config.dist.timeout_s, "dist.timeout_s");
+  }
   // All ranks agree on versions, config and GPU binding before anything is written.
   train::preflight(*bootstrap, train::device_for_rank(setup.use_cuda, bootstrap->topology(), config.dist.allow_shared_gpu),
                    config);

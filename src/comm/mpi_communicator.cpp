@@ -152,7 +152,7 @@ class MpiWork final : public Work {
       limit_text << timeout_s_;
       throw CommError(task_->what + " did not complete within dist.timeout_s=" + limit_text.str() +
                       " s: a rank is missing from the collective (crashed, or stuck before it)" +
-                      RankWatch::previous_rank_report());
+                      RankWatch::lagging_rank_report());
     }
     if (task_->error) std::rethrow_exception(task_->error);
   }

@@ -8,8 +8,9 @@
 // it died, is stopped, or its node or the network failed. A rank that is merely busy (a long
 // checkpoint write) keeps beating, since the thread is not the training thread, and so does a
 // rank on its way to abort with an error of its own, so that error is the one reported. The watch
-// also catches its own rank stuck waiting for the loader past the timeout (a hung file system),
-// which heartbeats cannot show. A rank that ends normally says goodbye, and waits a moment for
+// also catches its own rank stuck past an activity's limit (activity::set_limit), which
+// heartbeats cannot show: waiting for the loader for dist.timeout_s, writing a checkpoint for
+// ckpt.write_timeout_s (a hung file system). A rank that ends normally says goodbye, and waits a moment for
 // the previous rank's, so no message is left unmatched. Private to src/comm; needs
 // MPI_THREAD_MULTIPLE.
 #pragma once
@@ -33,9 +34,12 @@ class RankWatch {
   RankWatch(const RankWatch&) = delete;
   RankWatch& operator=(const RankWatch&) = delete;
 
-  // "; the previous rank, 1, last reported 0.3 s ago: step 12, waiting for the loader for 2.9 s,
-  // 56 collectives issued", for a collective's timeout message; "" without a watch. Thread-safe.
-  static std::string previous_rank_report();
+  // For a collective's timeout message, the rank that had issued the fewest collectives at the
+  // last exchange of reports (Note [Report exchange] in rank_watch.cpp): "; rank 2 (node7) is
+  // furthest behind (1 of 3 other ranks behind this one): at the last exchange of reports, 0.3 s
+  // ago, it was at step 12, waiting for the loader for 2.9 s, 56 collectives issued (this rank:
+  // 57)"; "" without a watch. Thread-safe.
+  static std::string lagging_rank_report();
 
   struct State;
 

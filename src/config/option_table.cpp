@@ -416,6 +416,12 @@ std::vector<Option> build_table() {
           "Copy the checkpoint to host memory at the step boundary and write it on a background "
           "thread while training continues (one write at a time; the next checkpoint and the end "
           "of the run wait for it)."),
+      row("ckpt.write_timeout_s", &C::ckpt, &CkptConfig::write_timeout_s, "0",
+          "Seconds rank 0 may spend writing one checkpoint (or, with ckpt.async, waiting for "
+          "the background write) before the job ends with exit code 5, naming the stuck write "
+          "(a hung file system); 0 uses dist.timeout_s. Raise it for checkpoints that take "
+          "longer than that to write.",
+          at_least(0.0)),
       row("ckpt.resume", &C::ckpt, &CkptConfig::resume, "auto",
           "auto: continue from the newest checkpoint in run.dir that verifies (falling back to "
           "the one before if it does not), or start fresh if there is none; none: start fresh; "

@@ -26,17 +26,25 @@ std::atomic<std::int64_t> g_step{0};
 std::atomic<std::int64_t> g_collectives{0};
 std::atomic<int> g_rank{-1};
 
-constexpr const char* kNames[] = {"starting", "step", "loader", "collective", "checkpoint", "evaluation", "finishing"};
+constexpr const char* kNames[] = {"starting",        "step",       "loader",   "collective",
+                                   "checkpoint",      "checkpoint-wait", "evaluation", "finishing"};
 constexpr const char* kDescriptions[] = {"starting up",
                                          "in a training step",
                                          "waiting for the loader",
                                          "waiting in a collective",
-                                         "writing a checkpoint or waiting for one",
+                                         "writing a checkpoint",
+                                         "in a checkpoint, waiting for the other ranks",
                                          "evaluating",
                                          "finishing"};
+constexpr size_t kKinds = std::size(kNames);
+static_assert(kKinds == static_cast<size_t>(Kind::kFinishing) + 1 && std::size(kDescriptions) == kKinds);
 
-// HPCTRAIN_FAULT=MODE@RANK:WHERE, fired once, on this rank's first entry into WHERE.
-void inject_fault(Kind kind) {
+// Set once before training; read by the watch's thread.
+std::atomic<double> g_limit_s[kKinds] = {};
+std::atomic<const char*> g_limit_option[kKinds] = {};
+
+// HPCTRAIN_FAULT=MODE@RANK:WHERE, fired once, on this rank's first arrival at WHERE.
+void inject_fault(const char* where) {
   static const char* const spec = std::getenv("HPCTRAIN_FAULT");
   static std::atomic<bool> fired{false};
   if (spec == nullptr || fired.load()) return;
@@ -45,7 +53,7 @@ void inject_fault(Kind kind) {
   const auto colon = text.find(':', at == std::string::npos ? 0 : at);
   if (at == std::string::npos || colon == std::string::npos) return;
   if (std::atoi(text.substr(at + 1, colon - at - 1).c_str()) != g_rank.load()) return;
-  if (text.substr(colon + 1) != name(kind) || fired.exchange(true)) return;
+  if (text.substr(colon + 1) != where || fired.exchange(true)) return;
   const std::string mode = text.substr(0, at);
   if (mode == "stop") std::raise(SIGSTOP);
   if (mode == "hang") {
@@ -62,7 +70,17 @@ const char* describe(Kind kind) {
   return index < std::size(kDescriptions) ? kDescriptions[index] : "in an unknown activity";
 }
 
-bool is_bounded(Kind kind) { return kind == Kind::kLoader; }
+void set_limit(Kind kind, double seconds, const char* option) {
+  g_limit_option[static_cast<size_t>(kind)] = option;
+  g_limit_s[static_cast<size_t>(kind)] = seconds;
+}
+
+Limit limit(Kind kind) {
+  const auto index = static_cast<size_t>(kind);
+  if (index >= kKinds) return {};
+  const char* option = g_limit_option[index].load();
+  return {g_limit_s[index].load(), option == nullptr ? "" : option};
+}
 
 Snapshot now() {
   const std::uint64_t activity = g_activity.load();
@@ -80,8 +98,10 @@ std::int64_t count_collective() { return ++g_collectives; }
 
 void enter(Kind kind) {
   g_activity = pack(kind, clock_us());
-  inject_fault(kind);
+  inject_fault(name(kind));
 }
+
+void fault_point(const char* where) { inject_fault(where); }
 
 Scope::Scope(Kind kind) : previous_(g_activity.load()) { enter(kind); }
 

@@ -29,9 +29,19 @@ void check_shard_entry(const std::string& manifest_path, const std::string& spli
     throw DataError(manifest_path + ": shard '" + shard.file + "' of split '" + split +
                     "' is not a file name inside the dataset directory");
   }
-  if (shard.samples < 0) {
-    throw DataError(manifest_path + ": shard '" + shard.file + "' of split '" + split + "' has a negative sample count");
+}
+
+// Every integer of a manifest is a count or a size: a JSON integer from 0 to 2^63-1. nlohmann's
+// get<int64_t> would convert 1e308 or 2^64-1 silently (or with undefined behaviour), so the kind
+// and range are checked first. `what` names the entry, e.g. "'samples' of shard 'a.h5'".
+std::int64_t as_count(const json& value, const std::string& manifest_path, const std::string& what) {
+  const bool fits = value.is_number_unsigned()
+                        ? value.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())
+                        : value.is_number_integer() && value.get<std::int64_t>() >= 0;
+  if (!fits) {
+    throw DataError(manifest_path + ": " + what + " is " + value.dump() + "; it must be a whole number from 0 to 2^63-1");
   }
+  return value.get<std::int64_t>();
 }
 
 }  // namespace
@@ -50,14 +60,15 @@ Manifest Manifest::load(const std::string& dataset_dir) {
   Manifest m;
   try {
     const json j = json::parse(in);
-    m.version = j.at("version").get<int>();
-    if (m.version > kManifestVersion) {
-      throw DataError(path + ": format version " + std::to_string(m.version) +
+    const std::int64_t version = as_count(j.at("version"), path, "'version'");
+    if (version > kManifestVersion) {
+      throw DataError(path + ": format version " + std::to_string(version) +
                       " is newer than this hpctrain reads (" + std::to_string(kManifestVersion) +
                       "); upgrade hpctrain");
     }
+    m.version = static_cast<int>(version);
     m.name = j.at("name").get<std::string>();
-    m.num_classes = j.at("num_classes").get<std::int64_t>();
+    m.num_classes = as_count(j.at("num_classes"), path, "'num_classes'");
     m.input_mean = j.at("input_mean").get<double>();
     m.input_std = j.at("input_std").get<double>();
     for (const auto& f : j.at("fields")) {
@@ -68,13 +79,18 @@ Manifest Manifest::load(const std::string& dataset_dir) {
       } catch (const Error& e) {
         throw DataError(path + ": field '" + field_name + "': " + e.what());
       }
-      m.fields.push_back({field_name, dtype, f.at("shape").get<std::vector<std::int64_t>>()});
+      std::vector<std::int64_t> shape;
+      const json& extents = f.at("shape");
+      if (!extents.is_array()) throw DataError(path + ": 'shape' of field '" + field_name + "' is not a list");
+      for (const auto& extent : extents) shape.push_back(as_count(extent, path, "'shape' of field '" + field_name + "'"));
+      m.fields.push_back({field_name, dtype, shape});
     }
     for (const auto& [split_name, s] : j.at("splits").items()) {
       SplitSpec split;
       std::int64_t total = 0;
       for (const auto& shard : s.at("shards")) {
-        split.shards.push_back({shard.at("file").get<std::string>(), shard.at("samples").get<std::int64_t>()});
+        const std::string file = shard.at("file").get<std::string>();
+        split.shards.push_back({file, as_count(shard.at("samples"), path, "'samples' of shard '" + file + "' in split '" + split_name + "'")});
         check_shard_entry(path, split_name, split.shards.back());
         if (split.shards.back().samples > std::numeric_limits<std::int64_t>::max() - total) {
           throw DataError(path + ": split '" + split_name + "' counts more samples than 64 bits hold; the manifest is damaged");

@@ -62,6 +62,7 @@ std::string utc_now() {
 // waited for the whole write.
 std::string commit_checkpoint(const std::string& dir, const ckpt::Checkpoint& checkpoint, bool best,
                               std::int64_t keep_last, double blocked_s) {
+  activity::fault_point("checkpoint-write");
   const Timer timer;
   const std::string path = ckpt::write_checkpoint(dir, checkpoint);
   const double seconds = timer.elapsed_s();
@@ -286,7 +287,11 @@ struct Trainer::State {
   // Collective, at the end of a run: with ckpt.async, waits until rank 0's last write is on disk.
   void finish_checkpoint_writes() {
     if (!config().ckpt.async) return;
-    checkpoint_writer.wait();
+    {
+      const activity::Scope writing(activity::Kind::kCheckpoint);
+      checkpoint_writer.wait();
+    }
+    const activity::Scope waiting(activity::Kind::kCheckpointWait);
     bootstrap.barrier();
   }
 };
@@ -649,7 +654,9 @@ std::optional<EvalResult> Trainer::State::evaluate_epoch(std::int64_t epoch) {
 }
 
 std::string Trainer::State::save_checkpoint(bool best) {
-  const activity::Scope checkpointing(activity::Kind::kCheckpoint);
+  // Waiting for the other ranks has no limit of its own (a rank that dies or freezes is found by
+  // the rank watch); rank 0's write has one, ckpt.write_timeout_s (Note [Rank watch]).
+  const activity::Scope waiting(activity::Kind::kCheckpointWait);
   const Timer blocked;
   sync_buffers();
   // Every rank's generators, gathered on the control plane (no collective is in flight here).
@@ -666,6 +673,7 @@ std::string Trainer::State::save_checkpoint(bool best) {
   }
   std::string path;
   if (bootstrap.world_rank() == 0) {
+    const activity::Scope writing(activity::Kind::kCheckpoint);
     ckpt::Checkpoint checkpoint;
     ckpt::CheckpointMeta& meta = checkpoint.meta;
     meta.hpctrain_version = version();

@@ -40,15 +40,23 @@ TEST(Activity, CountsCollectivesAndKeepsTheStep) {
   EXPECT_EQ(now().step, 42);
 }
 
-TEST(Activity, NamesAndWhichActivitiesNothingElseTimes) {
+TEST(Activity, Names) {
   EXPECT_EQ(std::string(name(Kind::kLoader)), "loader");
   EXPECT_EQ(std::string(name(Kind::kCheckpoint)), "checkpoint");
+  EXPECT_EQ(std::string(name(Kind::kCheckpointWait)), "checkpoint-wait");
   EXPECT_EQ(std::string(describe(Kind::kLoader)), "waiting for the loader");
-  EXPECT_TRUE(is_bounded(Kind::kLoader));
-  for (const Kind kind : {Kind::kStarting, Kind::kStep, Kind::kCollective, Kind::kCheckpoint, Kind::kEvaluation,
-                          Kind::kFinishing}) {
-    EXPECT_FALSE(is_bounded(kind)) << name(kind);
-  }
+  EXPECT_EQ(std::string(describe(Kind::kCheckpoint)), "writing a checkpoint");
+}
+
+TEST(Activity, LimitsAreNoneUntilSetAndNameTheirOption) {
+  EXPECT_EQ(limit(Kind::kEvaluation).seconds, 0.0);
+  EXPECT_STREQ(limit(Kind::kEvaluation).option, "");
+  set_limit(Kind::kCheckpoint, 12.5, "ckpt.write_timeout_s");
+  EXPECT_EQ(limit(Kind::kCheckpoint).seconds, 12.5);
+  EXPECT_STREQ(limit(Kind::kCheckpoint).option, "ckpt.write_timeout_s");
+  EXPECT_EQ(limit(Kind::kLoader).seconds, 0.0);
+  EXPECT_EQ(limit(static_cast<Kind>(99)).seconds, 0.0);
+  set_limit(Kind::kCheckpoint, 0, "");
 }
 
 }  // namespace

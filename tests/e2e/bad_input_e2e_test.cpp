@@ -403,6 +403,13 @@ std::vector<Case> dataset_cases() {
        1, "{train}", 3,
        {"{data}/manifest.json: shard '../../train-00000.h5' of split 'train' is not a file name inside the dataset directory"},
        RunDir::kNotCreated},
+      {"ManifestWithASampleCountBeyond64Bits", Copy::kDataset, set_manifest("/splits/train/shards/0/samples", "1e308"),
+       1, "{train}", 3,
+       {"{data}/manifest.json: 'samples' of shard 'train-00000.h5' in split 'train' is 1e+308; "
+        "it must be a whole number from 0 to 2^63-1"},
+       RunDir::kNotCreated},
+      {"ManifestWithANegativeExtent", Copy::kDataset, set_manifest("/fields/0/shape/0", "-1"),
+       1, "{train}", 3, {"{data}/manifest.json: 'shape' of field 'image' is -1"}, RunDir::kNotCreated},
       {"ManifestOfANewerVersion", Copy::kDataset, set_manifest("/version", "2"),
        1, "{train}", 3, {"{data}/manifest.json: format version 2 is newer than this hpctrain reads (1)"},
        RunDir::kNotCreated},

@@ -1,7 +1,7 @@
 // A rank that dies, freezes or hangs ends the whole job within dist.timeout_s, with a line naming
 // it and what it was doing (Note [Rank watch] in src/comm/rank_watch.h), wherever the other ranks
 // wait: in a gradient collective, in the control plane's barrier after a checkpoint, or behind a
-// rank stuck in its loader. Faults are injected with HPCTRAIN_FAULT (docs/reliability.md) or, for
+// rank stuck in its loader or in a checkpoint write. Faults are injected with HPCTRAIN_FAULT (docs/reliability.md) or, for
 // kill -9, from outside.
 #include <gtest/gtest.h>
 
@@ -31,8 +31,9 @@ class RankFailureEndToEnd : public ::testing::Test {
   }
   static void TearDownTestSuite() { hpctrain::sys::remove_tree(work_); }
 
-  static std::string train(const std::string& run, const std::string& extra, const std::string& model = "fashion_cnn") {
-    return mpirun(2) + kBin + " train --config " + kSource + "/configs/" + model + ".ini --data.path=" + data_ +
+  static std::string train(const std::string& run, const std::string& extra, const std::string& model = "fashion_cnn",
+                           int ranks = 2) {
+    return mpirun(ranks) + kBin + " train --config " + kSource + "/configs/" + model + ".ini --data.path=" + data_ +
            " --run.dir=" + work_ + "/" + run + " --train.threads=1 --data.eval_split= --train.batch_size=16" +
            " --train.epochs=50 --log.every_steps=1 --dist.timeout_s=" + std::to_string(kTimeout) + " " + extra;
   }
@@ -58,8 +59,9 @@ constexpr double kMostSeconds = 60.0;
 
 // Rank 1 freezes (SIGSTOP) at the start of its first step; rank 0 waits in the first gradient
 // allreduce. Rank 0 hears no heartbeat from rank 1 for dist.timeout_s (or its allreduce times out
-// at about the same moment) and ends the job, naming rank 1 and its last report. A frozen rank's
-// last report is its last heartbeat, up to dist.timeout_s/10 older than the freeze.
+// at about the same moment, naming the rank behind) and ends the job, naming rank 1 and its last
+// report. A frozen rank's last report is its last heartbeat, up to dist.timeout_s/10 older than
+// the freeze.
 TEST_F(RankFailureEndToEnd, AFrozenRankIsNamedAndTheJobEnds) {
   double seconds = 0;
   const ProcessResult r = timed("env HPCTRAIN_FAULT=stop@1:step " + train("frozen", ""), seconds);
@@ -67,35 +69,71 @@ TEST_F(RankFailureEndToEnd, AFrozenRankIsNamedAndTheJobEnds) {
   EXPECT_LT(seconds, kMostSeconds) << r.err;
   const bool silent = r.err.find("rank 1 (" + sys::host_name() + ") has sent nothing for") != std::string::npos;
   const bool behind = r.err.find("did not complete within dist.timeout_s=3 s") != std::string::npos &&
-                      r.err.find("the previous rank, 1, last reported") != std::string::npos;
+                      r.err.find("rank 1 (" + sys::host_name() + ") is furthest behind") != std::string::npos;
   EXPECT_TRUE(silent || behind) << r.err;
-  const auto report = r.err.find("last report");
-  ASSERT_NE(report, std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("step 0, ", report), std::string::npos) << r.err;
+  const bool at_step_0 = r.err.find("its last report: step 0, ") != std::string::npos ||
+                         r.err.find("it was at step 0, ") != std::string::npos;
+  EXPECT_TRUE(at_step_0) << r.err;
 }
 
 // Rank 1 freezes as it begins its first checkpoint. Rank 0 (an MLP: no buffers to broadcast
 // first) goes on into the control plane's gathering of every rank's generator states, which has no
-// timeout (it is part of a checkpoint, and a large write may take long): only the heartbeats can
-// end this job. No checkpoint is left under its final name.
+// timeout of its own (a checkpoint's waiting has none): only the heartbeats can end this job. No
+// checkpoint is left under its final name.
 TEST_F(RankFailureEndToEnd, ARankFrozenInACheckpointIsNamedByTheRankWaitingForIt) {
   double seconds = 0;
   const ProcessResult r = timed(
-      "env HPCTRAIN_FAULT=stop@1:checkpoint " + train("frozen-in-checkpoint", "--ckpt.every_steps=2", "mlp"),
+      "env HPCTRAIN_FAULT=stop@1:checkpoint-wait " + train("frozen-in-checkpoint", "--ckpt.every_steps=2", "mlp"),
       seconds);
   EXPECT_EQ(r.exit_code, 5) << r.err;
   EXPECT_LT(seconds, kMostSeconds) << r.err;
   EXPECT_NE(r.err.find("[rank 0/2 " + sys::host_name() + "] rank 1 (" + sys::host_name() + ") has sent nothing for"),
             std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find("(this rank: step 2, writing a checkpoint or waiting for one for "), std::string::npos)
+  EXPECT_NE(r.err.find("(this rank: step 2, in a checkpoint, waiting for the other ranks for "), std::string::npos)
       << r.err;
   EXPECT_FALSE(fs::exists(work_ + "/frozen-in-checkpoint/checkpoints/ckpt-2.h5"));
 }
 
+// Rank 0's training thread hangs as it begins writing its first checkpoint (as on a hung file
+// system) while the process lives and beats on, so rank 1, waiting in the control plane's barrier
+// after the write, hears nothing wrong. Rank 0's own watch ends the job after
+// ckpt.write_timeout_s (0: dist.timeout_s), naming the write and the option; the checkpoint never
+// gets its name.
+TEST_F(RankFailureEndToEnd, ACheckpointWriteThatHangsEndsTheJob) {
+  double seconds = 0;
+  const ProcessResult r =
+      timed("env HPCTRAIN_FAULT=hang@0:checkpoint " + train("stuck-write", "--ckpt.every_steps=2", "mlp"), seconds);
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_LT(seconds, kMostSeconds) << r.err;
+  EXPECT_NE(r.err.find("[rank 0/2 " + sys::host_name() + "] this rank has been writing a checkpoint for "),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(" s (step 2; dist.timeout_s=3): the write is stuck"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(work_ + "/stuck-write/checkpoints/ckpt-2.h5"));
+}
+
+// The same with ckpt.async: the write hangs on rank 0's background thread while training goes
+// on; the next checkpoint waits for it, and ends the job after ckpt.write_timeout_s (1 s: well
+// before rank 1's next allreduce times out, after dist.timeout_s).
+TEST_F(RankFailureEndToEnd, AnAsyncCheckpointWriteThatHangsEndsTheJob) {
+  double seconds = 0;
+  const ProcessResult r = timed("env HPCTRAIN_FAULT=hang@0:checkpoint-write " +
+                                    train("stuck-async-write",
+                                          "--ckpt.every_steps=2 --ckpt.async=true --ckpt.write_timeout_s=1", "mlp"),
+                                seconds);
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_LT(seconds, kMostSeconds) << r.err;
+  EXPECT_NE(r.err.find("[rank 0/2 " + sys::host_name() + "] this rank has been writing a checkpoint for "),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(" s (step 4; ckpt.write_timeout_s=1): the write is stuck"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(work_ + "/stuck-async-write/checkpoints/ckpt-2.h5"));
+}
+
 // Rank 1's training thread hangs waiting for its loader (as on a hung file system) while the
 // process lives and beats on. Its own watch gives up after dist.timeout_s and names what it waits
-// for; rank 0, waiting in the allreduce, may time out first and names rank 1's last report.
+// for; rank 0, waiting in the allreduce, may time out first and names rank 1 as the rank behind.
 TEST_F(RankFailureEndToEnd, ARankStuckInItsLoaderEndsTheJob) {
   double seconds = 0;
   const ProcessResult r = timed("env HPCTRAIN_FAULT=hang@1:loader " + train("stuck-loader", ""), seconds);
@@ -103,6 +141,21 @@ TEST_F(RankFailureEndToEnd, ARankStuckInItsLoaderEndsTheJob) {
   EXPECT_LT(seconds, kMostSeconds) << r.err;
   EXPECT_NE(r.err.find("waiting for the loader for"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
+}
+
+// Four ranks; rank 2's training thread hangs in its first step while its process lives and beats
+// on, so no heartbeat falls silent: ranks 0, 1 and 3 wait in a collective until it times out, and
+// each names rank 2, which had issued the fewest collectives at the last exchange of reports (not
+// its own previous rank).
+TEST_F(RankFailureEndToEnd, TheRankBehindIsNamedAmongFour) {
+  double seconds = 0;
+  const ProcessResult r = timed("env HPCTRAIN_FAULT=hang@2:step " + train("behind-of-four", "", "mlp", 4), seconds);
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_LT(seconds, kMostSeconds) << r.err;
+  const std::string named = "rank 2 (" + sys::host_name() + ") is furthest behind (";
+  EXPECT_GE(count_lines_with(r.err, named), 1) << r.err;
+  EXPECT_EQ(count_lines_with(r.err, "is furthest behind"), count_lines_with(r.err, named)) << r.err;
+  EXPECT_NE(r.err.find("it was at step 0, in a training step for "), std::string::npos) << r.err;
 }
 
 // kill -9 of rank 1 mid-run, from outside: the launcher or the heartbeats end the job promptly.
@@ -122,7 +175,7 @@ TEST_F(RankFailureEndToEnd, AKilledRankEndsTheJob) {
   EXPECT_LT(seconds, kMostSeconds) << log;
   // mpirun's notice, or the rank watch's line.
   const bool named = log.find("process rank 1 ") != std::string::npos || log.find("rank 1 (") != std::string::npos ||
-                     log.find("the previous rank, 1,") != std::string::npos;
+                     log.find("rank 1 (" + sys::host_name() + ") is furthest behind") != std::string::npos;
   EXPECT_TRUE(named) << log;
 }
 

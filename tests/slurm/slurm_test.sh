@@ -5,7 +5,8 @@
 #  2. the same run through srun --mpi=pmix, sent USR1 as Slurm's early warning would be: it
 #     checkpoints, exits 75, requeues itself, resumes (SLURM_RESTART_COUNT=1), finishes, and its
 #     final parameters and optimizer state equal run 1's bit for bit;
-#  3. under srun, a frozen rank and a rank killed with -9 end the job, named by the rank watch.
+#  3. under srun, a frozen rank, a hung loader, a hung checkpoint write and a rank killed with -9
+#     end the job, named by the rank watch.
 # Exits 77 (a ctest skip, with a SKIP: line) only when Slurm cannot start here.
 #   tests/slurm/slurm_test.sh HPCTRAIN_BINARY SOURCE_DIR
 set -uo pipefail
@@ -75,18 +76,30 @@ for group in /model /optim /sched; do
     fail "$group differs between the uninterrupted and the preempted run"
 done
 
-# 3. Under srun, a frozen rank (SIGSTOP at its first step, injected): Slurm sees nothing wrong,
-#    so the rank watch must end the job within dist.timeout_s, naming rank 1. A rank killed with
-#    -9 mid-run: Slurm's PMIx plugin cancels the step itself ("task 1: Killed"); either way the
-#    job must end, naming rank 1 (docs/reliability.md).
-# shellcheck disable=SC2046
-HPCTRAIN_FAULT=stop@1:step timeout 120 sbatch --wait --parsable "${cpu_job[@]}" slurm/train.sbatch \
-  $(train_args frozen) --dist.timeout_s=3 > "$work/frozen.out" 2>&1
-status=$?
-job=$(head -n 1 "$work/frozen.out")
-[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "the job with a frozen rank ended with $status (124: it hung)"
-grep -Eq "rank 1 \(.*\) has sent nothing for|the previous rank, 1, last reported" "$work/job-$job.out" ||
-  fail "no line named the frozen rank 1"
+# 3. Under srun, faults Slurm sees nothing wrong with, so the rank watch must end the job within
+#    dist.timeout_s with a line saying who and what: rank 1 frozen (SIGSTOP) at its first step,
+#    while rank 0 waits in a collective; rank 1's loader hung; rank 0's checkpoint write hung
+#    (rank 1 waits in the barrier after it). Then a rank killed with -9 mid-run: Slurm's PMIx
+#    plugin cancels the step itself ("task 1: Killed"); either way the job must end, naming rank 1
+#    (docs/reliability.md).
+expect_fault_ends_job() {  # NAME FAULT LINE_REGEX [OPTION...]
+  local name=$1 fault=$2 line=$3
+  shift 3
+  # shellcheck disable=SC2046
+  HPCTRAIN_FAULT=$fault timeout 120 sbatch --wait --parsable "${cpu_job[@]}" slurm/train.sbatch \
+    $(train_args "$name") --dist.timeout_s=3 "$@" > "$work/$name.out" 2>&1
+  local status=$?
+  local job
+  job=$(head -n 1 "$work/$name.out")
+  [ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "the job with $fault ended with $status (124: it hung)"
+  grep -Eq "$line" "$work/job-$job.out" || fail "no line of the job with $fault matches '$line'"
+}
+expect_fault_ends_job frozen stop@1:step "rank 1 \(.*\) has sent nothing for|rank 1 \(.*\) is furthest behind"
+expect_fault_ends_job stuck-loader hang@1:loader \
+  "\[rank 1/2 .*\] this rank has been waiting for the loader for|rank 1 \(.*\) is furthest behind.*waiting for the loader"
+expect_fault_ends_job stuck-write hang@0:checkpoint \
+  "\[rank 0/2 .*\] this rank has been writing a checkpoint for .* s \(step 2; dist.timeout_s=3\)" \
+  --ckpt.every_steps=2
 
 # shellcheck disable=SC2046
 timeout 120 sbatch --wait --parsable "${cpu_job[@]}" slurm/train.sbatch $(train_args killed) --dist.timeout_s=3 \
@@ -102,8 +115,8 @@ wait "$waiter" || status=$?
 waiter=
 job=$(head -n 1 "$work/killed.out")
 [ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "the job with a killed rank ended with $status (124: it hung)"
-grep -Eq "rank 1 \(.*\) has sent nothing for|the previous rank, 1, last reported|task 1: Killed" "$work/job-$job.out" ||
+grep -Eq "rank 1 \(.*\) has sent nothing for|rank 1 \(.*\) is furthest behind|task 1: Killed" "$work/job-$job.out" ||
   fail "no line named the killed rank 1"
 
 echo "slurm_test: uninterrupted (mpirun) and preempted + requeued + resumed (srun) runs end bit-identical;" \
-     "a frozen and a killed rank end their srun jobs, named"
+     "a frozen rank, a hung loader, a hung checkpoint write and a killed rank end their srun jobs, named"

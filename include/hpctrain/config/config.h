@@ -97,6 +97,7 @@ struct CkptConfig {
   std::int64_t keep_last = 0;    // checkpoints kept; 0: all
   bool keep_best = false;        // checkpoint each new best evaluation and never prune it
   bool async = false;            // write on a background thread from a host copy
+  double write_timeout_s = 0.0;  // a write taking longer ends the job; 0: dist.timeout_s
   std::string resume;            // auto | none | PATH
   bool allow_config_change = false;
   std::string signals;  // comma-separated signal names that stop the run with a checkpoint

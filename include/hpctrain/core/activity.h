@@ -4,8 +4,9 @@
 //
 // Fault injection for the reliability tests (docs/reliability.md): HPCTRAIN_FAULT=MODE@RANK:WHERE
 // makes world rank RANK, on first entering activity WHERE (a Kind's name: loader, collective,
-// checkpoint, ...), either `stop` (SIGSTOP itself: a frozen node) or `hang` (the training thread
-// sleeps forever while the process lives on: a hung file system call).
+// checkpoint, ...) or reaching fault_point(WHERE), either `stop` (SIGSTOP itself: a frozen node)
+// or `hang` (the calling thread sleeps forever while the process lives on: a hung file system
+// call).
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,8 @@ enum class Kind : int {
   kStep,         // forward, backward and the optimizer
   kLoader,       // waiting for the loader's next batch
   kCollective,   // waiting for a collective to complete
-  kCheckpoint,   // writing a checkpoint, or waiting for rank 0 to finish one
+  kCheckpoint,   // writing a checkpoint (rank 0), or waiting for its own previous write
+  kCheckpointWait,  // in a checkpoint, waiting for the other ranks (gathering state, the barrier)
   kEvaluation,   // evaluating
   kFinishing,    // after the last step
 };
@@ -26,10 +28,16 @@ const char* name(Kind kind);
 // "waiting for the loader" for kLoader: for the watch's reports (which may carry another rank's
 // kind: an unknown one reads "in an unknown activity").
 const char* describe(Kind kind);
-// Whether a healthy rank finishes the activity well within dist.timeout_s, and nothing else
-// times it: waiting for the loader. (A collective has a timeout of its own; a step, a checkpoint
-// write or an evaluation may rightly take longer.)
-bool is_bounded(Kind kind);
+// How long the training thread may stay in `kind` before the rank watch ends the job, and the
+// option (a string literal) that says so: set for what nothing else times, waiting for the loader
+// and writing a checkpoint. 0 (the default): no limit. A collective has a timeout of its own; a
+// step or an evaluation may rightly take long.
+void set_limit(Kind kind, double seconds, const char* option);
+struct Limit {
+  double seconds = 0;
+  const char* option = "";
+};
+Limit limit(Kind kind);
 
 struct Snapshot {
   Kind kind = Kind::kStarting;
@@ -47,6 +55,9 @@ std::int64_t count_collective();
 
 // Enters `kind` from now on.
 void enter(Kind kind);
+// A place, not an activity, where HPCTRAIN_FAULT may strike (any thread): "checkpoint-write",
+// the start of rank 0's write, on the background thread with ckpt.async.
+void fault_point(const char* where);
 
 // Enters `kind` for its lifetime, then returns to the activity before it (and its clock).
 class Scope {

@@ -101,7 +101,7 @@ class NcclWork final : public Work {
       }
       if (std::chrono::steady_clock::now() > deadline) {
         state_->abort_and_throw(what_ + " did not complete within dist.timeout_s=" +
-                                std::to_string(state_->timeout_s) + " s" + RankWatch::previous_rank_report());
+                                std::to_string(state_->timeout_s) + " s" + RankWatch::lagging_rank_report());
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
