@@ -42,12 +42,14 @@ int run_train(const Args& args) {
   // and before anything is written.
   train::TrainingSetup setup = train::prepare_training(config, /*need_train_split=*/true);
 
-  const auto bootstrap = start_mpi(config.log, config.dist.timeout_s, /*whole_allocation=*/true);
+  // What only the rank watch times, which needs two ranks or more (Note [Rank watch]).
+  activity::set_limit(activity::Kind::kLoader, config.dist.timeout_s, "dist.timeout_s");
   if (config.ckpt.write_timeout_s > 0) {
     activity::set_limit(activity::Kind::kCheckpoint, config.ckpt.write_timeout_s, "ckpt.write_timeout_s");
   } else {
     activity::set_limit(activity::Kind::kCheckpoint, config.dist.timeout_s, "dist.timeout_s");
   }
+  const auto bootstrap = start_mpi(config.log, config.dist.timeout_s, /*whole_allocation=*/true);
   // All ranks agree on versions, config and GPU binding before anything is written.
   train::preflight(*bootstrap, train::device_for_rank(setup.use_cuda, bootstrap->topology(), config.dist.allow_shared_gpu),
                    config);

@@ -81,7 +81,6 @@ void Bootstrap::watch_ranks(double timeout_s) {
     }
     return;
   }
-  activity::set_limit(activity::Kind::kLoader, timeout_s, "dist.timeout_s");
   impl_->watch = std::make_unique<RankWatch>(impl_->world, topology_, timeout_s);
 }
 

@@ -35,10 +35,8 @@ class RankWatch {
   RankWatch& operator=(const RankWatch&) = delete;
 
   // For a collective's timeout message, the rank that had issued the fewest collectives at the
-  // last exchange of reports (Note [Report exchange] in rank_watch.cpp): "; rank 2 (node7) is
-  // furthest behind (1 of 3 other ranks behind this one): at the last exchange of reports, 0.3 s
-  // ago, it was at step 12, waiting for the loader for 2.9 s, 56 collectives issued (this rank:
-  // 57)"; "" without a watch. Thread-safe.
+  // last exchange of reports (Note [Report exchange] in rank_watch.cpp; lagging_rank_text in
+  // rank_report.h); "" without a watch. Thread-safe.
   static std::string lagging_rank_report();
 
   struct State;

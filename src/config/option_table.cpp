@@ -84,6 +84,12 @@ Rule<double> positive() {
   return {"> 0", [](const double& v) { return v > 0 ? "" : std::string("must be > 0"); }};
 }
 
+Rule<double> zero_or_at_least(double low) {
+  std::ostringstream text;
+  text << "0 or >= " << low;
+  return {text.str(), [low, t = text.str()](const double& v) { return v == 0 || v >= low ? "" : "must be " + t; }};
+}
+
 Rule<double> in_unit_interval() {
   return {"[0, 1)", [](const double& v) {
             return v >= 0 && v < 1 ? "" : std::string("must be in [0, 1)");
@@ -417,11 +423,12 @@ std::vector<Option> build_table() {
           "thread while training continues (one write at a time; the next checkpoint and the end "
           "of the run wait for it)."),
       row("ckpt.write_timeout_s", &C::ckpt, &CkptConfig::write_timeout_s, "0",
-          "Seconds rank 0 may spend writing one checkpoint (or, with ckpt.async, waiting for "
-          "the background write) before the job ends with exit code 5, naming the stuck write "
-          "(a hung file system); 0 uses dist.timeout_s. Raise it for checkpoints that take "
-          "longer than that to write.",
-          at_least(0.0)),
+          "Seconds rank 0 may spend writing one checkpoint (with ckpt.async: waiting for the "
+          "background write at the next checkpoint or the end) before the job ends with exit "
+          "code 5, naming the stuck write (a hung file system); 0 uses dist.timeout_s. Raise it "
+          "for checkpoints that take longer than that to write. Timed by the rank watch, so "
+          "only with two ranks or more.",
+          zero_or_at_least(1.0)),
       row("ckpt.resume", &C::ckpt, &CkptConfig::resume, "auto",
           "auto: continue from the newest checkpoint in run.dir that verifies (falling back to "
           "the one before if it does not), or start fresh if there is none; none: start fresh; "

@@ -26,8 +26,8 @@ std::atomic<std::int64_t> g_step{0};
 std::atomic<std::int64_t> g_collectives{0};
 std::atomic<int> g_rank{-1};
 
-constexpr const char* kNames[] = {"starting",        "step",       "loader",   "collective",
-                                   "checkpoint",      "checkpoint-wait", "evaluation", "finishing"};
+constexpr const char* kNames[] = {"starting",   "step",            "loader",     "collective",
+                                   "checkpoint", "checkpoint-wait", "evaluation", "finishing"};
 constexpr const char* kDescriptions[] = {"starting up",
                                          "in a training step",
                                          "waiting for the loader",

@@ -5,29 +5,34 @@
 namespace hpctrain {
 
 BackgroundJob::~BackgroundJob() {
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  if (std::uncaught_exceptions() > 0 && !outcome_->finished) {
+    thread_.detach();
+  } else {
+    thread_.join();
+  }
 }
 
 void BackgroundJob::start(std::function<void()> job) {
   wait();
-  finished_ = false;
-  thread_ = std::thread([this, job = std::move(job)] {
+  outcome_->finished = false;
+  thread_ = std::thread([outcome = outcome_, job = std::move(job)] {
     try {
       job();
     } catch (...) {
-      error_ = std::current_exception();
+      outcome->error = std::current_exception();
     }
-    finished_ = true;
+    outcome->finished = true;
   });
 }
 
 void BackgroundJob::wait() {
   if (thread_.joinable()) thread_.join();
-  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  if (outcome_->error) std::rethrow_exception(std::exchange(outcome_->error, nullptr));
 }
 
 void BackgroundJob::rethrow_if_failed() {
-  if (thread_.joinable() && finished_) wait();
+  if (thread_.joinable() && outcome_->finished) wait();
 }
 
 }  // namespace hpctrain

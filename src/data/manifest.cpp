@@ -31,15 +31,17 @@ void check_shard_entry(const std::string& manifest_path, const std::string& spli
   }
 }
 
-// Every integer of a manifest is a count or a size: a JSON integer from 0 to 2^63-1. nlohmann's
+// Every integer of a manifest is a count or a size: a JSON integer from 0 to 2^63-1 (not 2.0:
+// hpctrain writes integers). nlohmann's
 // get<int64_t> would convert 1e308 or 2^64-1 silently (or with undefined behaviour), so the kind
 // and range are checked first. `what` names the entry, e.g. "'samples' of shard 'a.h5'".
 std::int64_t as_count(const json& value, const std::string& manifest_path, const std::string& what) {
-  const bool fits = value.is_number_unsigned()
-                        ? value.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())
-                        : value.is_number_integer() && value.get<std::int64_t>() >= 0;
+  constexpr auto kMost = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  const bool fits = value.is_number_unsigned() ? value.get<std::uint64_t>() <= kMost
+                                               : value.is_number_integer() && value.get<std::int64_t>() >= 0;
   if (!fits) {
-    throw DataError(manifest_path + ": " + what + " is " + value.dump() + "; it must be a whole number from 0 to 2^63-1");
+    throw DataError(manifest_path + ": " + what + " is " + value.dump() +
+                    "; it must be a JSON integer from 0 to 2^63-1");
   }
   return value.get<std::int64_t>();
 }
@@ -82,7 +84,9 @@ Manifest Manifest::load(const std::string& dataset_dir) {
       std::vector<std::int64_t> shape;
       const json& extents = f.at("shape");
       if (!extents.is_array()) throw DataError(path + ": 'shape' of field '" + field_name + "' is not a list");
-      for (const auto& extent : extents) shape.push_back(as_count(extent, path, "'shape' of field '" + field_name + "'"));
+      for (const auto& extent : extents) {
+        shape.push_back(as_count(extent, path, "'shape' of field '" + field_name + "'"));
+      }
       m.fields.push_back({field_name, dtype, shape});
     }
     for (const auto& [split_name, s] : j.at("splits").items()) {
@@ -90,10 +94,12 @@ Manifest Manifest::load(const std::string& dataset_dir) {
       std::int64_t total = 0;
       for (const auto& shard : s.at("shards")) {
         const std::string file = shard.at("file").get<std::string>();
-        split.shards.push_back({file, as_count(shard.at("samples"), path, "'samples' of shard '" + file + "' in split '" + split_name + "'")});
+        const std::string what = "'samples' of shard '" + file + "' in split '" + split_name + "'";
+        split.shards.push_back({file, as_count(shard.at("samples"), path, what)});
         check_shard_entry(path, split_name, split.shards.back());
         if (split.shards.back().samples > std::numeric_limits<std::int64_t>::max() - total) {
-          throw DataError(path + ": split '" + split_name + "' counts more samples than 64 bits hold; the manifest is damaged");
+          throw DataError(path + ": split '" + split_name +
+                          "' counts more samples than 64 bits hold; the manifest is damaged");
         }
         total += split.shards.back().samples;
       }

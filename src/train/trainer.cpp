@@ -284,13 +284,17 @@ struct Trainer::State {
   // named by checkpoints/best (ckpt.keep_best), which pruning spares. With ckpt.async rank 0
   // returns once a host copy is handed to the background writer.
   std::string save_checkpoint(bool best = false);
+  // Rank 0, with ckpt.async: waits for the write in flight, if any, as writing (timed by
+  // ckpt.write_timeout_s), while the other ranks wait for rank 0 in the control plane (untimed).
+  void wait_for_background_write() {
+    if (bootstrap.world_rank() != 0) return;
+    const activity::Scope writing(activity::Kind::kCheckpoint);
+    checkpoint_writer.wait();
+  }
   // Collective, at the end of a run: with ckpt.async, waits until rank 0's last write is on disk.
   void finish_checkpoint_writes() {
     if (!config().ckpt.async) return;
-    {
-      const activity::Scope writing(activity::Kind::kCheckpoint);
-      checkpoint_writer.wait();
-    }
+    wait_for_background_write();
     const activity::Scope waiting(activity::Kind::kCheckpointWait);
     bootstrap.barrier();
   }
@@ -658,7 +662,9 @@ std::string Trainer::State::save_checkpoint(bool best) {
   // the rank watch); rank 0's write has one, ckpt.write_timeout_s (Note [Rank watch]).
   const activity::Scope waiting(activity::Kind::kCheckpointWait);
   const Timer blocked;
-  sync_buffers();
+  // With ckpt.async, rank 0 first waits for its previous write while the others wait for it in
+  // the gathering, on the control plane, where nothing but rank 0's own limit times them out.
+  if (config().ckpt.async) wait_for_background_write();
   // Every rank's generators, gathered on the control plane (no collective is in flight here).
   ckpt::NamedTensors generators;
   for (const auto& [name, state] : rng_state(device)) {
@@ -671,6 +677,7 @@ std::string Trainer::State::save_checkpoint(bool best) {
       generators.emplace_back("rank-" + std::to_string(r) + "/" + name, copy);
     }
   }
+  sync_buffers();
   std::string path;
   if (bootstrap.world_rank() == 0) {
     const activity::Scope writing(activity::Kind::kCheckpoint);
@@ -697,7 +704,6 @@ std::string Trainer::State::save_checkpoint(bool best) {
     const std::string dir = run_dir.checkpoints_dir();
     const std::int64_t keep_last = config().ckpt.keep_last;
     if (config().ckpt.async) {
-      checkpoint_writer.wait();  // the previous write, if it is still in flight
       // Shared: std::function needs a copyable job.
       auto copy = std::make_shared<const ckpt::Checkpoint>(ckpt::host_copy(checkpoint));
       path = ckpt::checkpoint_path(dir, step);

@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
@@ -58,6 +60,28 @@ TEST(BackgroundJob, DestructionWaitsForTheJob) {
     });
   }
   EXPECT_TRUE(finished);
+}
+
+// A job hung (as on a file system) must not hold up an error on its way to main(): destroyed while
+// an exception unwinds, the BackgroundJob leaves the job running, which later finishes without
+// touching the destroyed object.
+TEST(BackgroundJob, DestructionDuringAnExceptionLeavesARunningJobBehind) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  const auto finished = std::make_shared<std::atomic<bool>>(false);
+  try {
+    BackgroundJob job;
+    job.start([released, finished] {
+      released.wait();
+      *finished = true;
+    });
+    throw std::runtime_error("the run failed");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_FALSE(*finished);  // not waited for
+  release.set_value();
+  for (int i = 0; i < 5000 && !*finished; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(*finished);
 }
 
 }  // namespace

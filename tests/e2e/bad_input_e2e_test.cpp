@@ -406,7 +406,7 @@ std::vector<Case> dataset_cases() {
       {"ManifestWithASampleCountBeyond64Bits", Copy::kDataset, set_manifest("/splits/train/shards/0/samples", "1e308"),
        1, "{train}", 3,
        {"{data}/manifest.json: 'samples' of shard 'train-00000.h5' in split 'train' is 1e+308; "
-        "it must be a whole number from 0 to 2^63-1"},
+        "it must be a JSON integer from 0 to 2^63-1"},
        RunDir::kNotCreated},
       {"ManifestWithANegativeExtent", Copy::kDataset, set_manifest("/fields/0/shape/0", "-1"),
        1, "{train}", 3, {"{data}/manifest.json: 'shape' of field 'image' is -1"}, RunDir::kNotCreated},

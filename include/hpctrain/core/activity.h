@@ -14,14 +14,14 @@
 namespace hpctrain::activity {
 
 enum class Kind : int {
-  kStarting,     // before the first step
-  kStep,         // forward, backward and the optimizer
-  kLoader,       // waiting for the loader's next batch
-  kCollective,   // waiting for a collective to complete
-  kCheckpoint,   // writing a checkpoint (rank 0), or waiting for its own previous write
+  kStarting,        // before the first step
+  kStep,            // forward, backward and the optimizer
+  kLoader,          // waiting for the loader's next batch
+  kCollective,      // waiting for a collective to complete
+  kCheckpoint,      // rank 0 writing a checkpoint, or waiting for its previous background write
   kCheckpointWait,  // in a checkpoint, waiting for the other ranks (gathering state, the barrier)
-  kEvaluation,   // evaluating
-  kFinishing,    // after the last step
+  kEvaluation,      // evaluating
+  kFinishing,       // after the last step
 };
 // "loader" for kLoader: the names HPCTRAIN_FAULT takes.
 const char* name(Kind kind);

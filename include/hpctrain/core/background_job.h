@@ -7,6 +7,7 @@
 #include <atomic>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <thread>
 
 namespace hpctrain {
@@ -16,7 +17,9 @@ class BackgroundJob {
   BackgroundJob() = default;
   BackgroundJob(const BackgroundJob&) = delete;
   BackgroundJob& operator=(const BackgroundJob&) = delete;
-  // Waits for a job in flight; its exception, if nobody collected it, is dropped.
+  // Waits for a job in flight (its exception, if nobody collected it, is dropped), except while an
+  // exception unwinds: then a job still running is left to finish on its own, so a write hung on
+  // a file system cannot keep the error from reaching main() and ending the job.
   ~BackgroundJob();
 
   // Waits for the previous job (rethrowing its exception), then runs `job` on a new thread.
@@ -25,12 +28,16 @@ class BackgroundJob {
   void wait();
   // Without waiting: rethrows the exception of a job that has already failed.
   void rethrow_if_failed();
-  bool busy() const { return thread_.joinable() && !finished_; }
+  bool busy() const { return thread_.joinable() && !outcome_->finished; }
 
  private:
+  // Shared with the job's thread, which may outlive this object (see the destructor).
+  struct Outcome {
+    std::atomic<bool> finished{false};
+    std::exception_ptr error;  // written by the job's thread before `finished`
+  };
   std::thread thread_;
-  std::atomic<bool> finished_{false};
-  std::exception_ptr error_;  // written by the job's thread before finished_
+  std::shared_ptr<Outcome> outcome_ = std::make_shared<Outcome>();
 };
 
 }  // namespace hpctrain

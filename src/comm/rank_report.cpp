@@ -1,0 +1,44 @@
+#include "rank_report.h"
+
+#include <fmt/format.h>
+
+#include "hpctrain/core/activity.h"
+
+namespace hpctrain::comm {
+
+RankReport report_now(bool leaving) {
+  const activity::Snapshot now = activity::now();
+  return {now.step, now.collectives, now.seconds_in, static_cast<std::int32_t>(now.kind), leaving ? 1 : 0};
+}
+
+std::string describe(const RankReport& report) {
+  return fmt::format("step {}, {} for {:.1f} s, {} collectives issued", report.step,
+                     activity::describe(static_cast<activity::Kind>(report.kind)), report.seconds_in,
+                     report.collectives);
+}
+
+std::string lagging_rank_text(const ExchangedReports& exchanged, std::int64_t mine) {
+  const auto& reports = exchanged.reports;
+  if (reports.empty()) return "";
+  int lagging = -1;
+  for (int r = 0; r < static_cast<int>(reports.size()); ++r) {
+    if (r == exchanged.self || reports[static_cast<size_t>(r)].collectives >= mine) continue;
+    const std::int64_t issued = reports[static_cast<size_t>(r)].collectives;
+    if (lagging < 0 || issued < reports[static_cast<size_t>(lagging)].collectives) lagging = r;
+  }
+  const std::string stalled =
+      exchanged.stalled ? fmt::format("; the exchanges of reports stopped {:.1f} s ago (is a rank dead or frozen?)",
+                                      exchanged.age_s)
+                        : "";
+  if (lagging < 0) {
+    return fmt::format("{}; at the last exchange of reports, {:.1f} s ago, no rank had issued fewer collectives "
+                       "than this one has now ({}): a rank is stuck inside the collective, or the network is",
+                       stalled, exchanged.age_s, mine);
+  }
+  return fmt::format("{}; rank {} ({}) was furthest behind at the last exchange of reports, {:.1f} s ago: {} "
+                     "(this rank now: {})",
+                     stalled, lagging, exchanged.hosts.at(static_cast<size_t>(lagging)), exchanged.age_s,
+                     describe(reports[static_cast<size_t>(lagging)]), mine);
+}
+
+}  // namespace hpctrain::comm
