@@ -10,7 +10,10 @@
 #   (scaling efficiency = rate at 2 ranks / (2 x rate at 1 rank));
 #   the gpt of configs/text_gpt.ini, 2 ranks, batch 32 (tokens/s), on Debian's licence texts.
 # Rates are taken over the steps after the first --warmup (hpctrain: its progress records after
-# the first; the reference: timed from the end of that step). Peak RSS is rank 0's.
+# the first; the reference: timed from the end of that step). Peak RSS is rank 0's. Time to the
+# first step: from just before the launcher starts to the end of rank 0's first optimizer step
+# (fashion_cnn, batch 64, 2 ranks). Start-up file-system calls: strace -f -c -e trace=%file over
+# a whole run of 2 steps of that case, launcher included, once per program.
 # Writes DIR/compare.md (medians, min-max, ratios against the faster PyTorch setting) and
 # DIR/compare.png (gnuplot), and prints the table. --quick: 3 pairs of short runs (a few
 # minutes); default: 5 pairs of longer runs.
@@ -54,14 +57,17 @@ text=/usr/share/common-licenses
 [ -f "$out/fashion-mnist/manifest.json" ] ||
   "$bin" prepare fashion-mnist --source "$fashion" --out "$out/fashion-mnist" > /dev/null 2>&1
 [ -f "$out/text/manifest.json" ] || "$bin" prepare text --source "$text" --out "$out/text" > /dev/null 2>&1
-results="$out/results.tsv"  # case, program, rate, peak RSS MiB
+results="$out/results.tsv"  # case, program, rate, peak RSS MiB, seconds to the first step
 : > "$results"
 tuned="glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=268435456"
 
-# The mean of KEY over a run's progress records after the first.
+# The mean of KEY over a run's progress records after the first, the last peak RSS, and the
+# seconds from LAUNCH_NS to the first step.
 steady() { "$python" -c 'import json,sys
-r=[json.loads(l) for l in open(sys.argv[1]) if sys.argv[2] in l][1:]
-print(sum(x[sys.argv[2]] for x in r)/len(r), r[-1]["peak_rss_mb"])' "$1" "$2"; }
+rs=[json.loads(l) for l in open(sys.argv[1])]
+r=[x for x in rs if sys.argv[2] in x][1:]
+first=[x["unix_time"] for x in rs if "first_step_s" in x][0] - int(sys.argv[3]) / 1e9
+print(sum(x[sys.argv[2]] for x in r)/len(r), r[-1]["peak_rss_mb"], first)' "$1" "$2" "$3"; }
 
 # run_hpctrain CASE RANKS BATCH STEPS WARMUP CONFIG KEY [OPTIONS...]
 run_hpctrain() {
@@ -69,12 +75,14 @@ run_hpctrain() {
   shift 7
   local run="$out/runs/$name-hpctrain"
   rm -rf "$run"
+  local launch_ns
+  launch_ns=$(date +%s%N)
   mpirun -np "$ranks" "$bin" train --config "$config" --run.dir="$run" --train.threads=1 \
     --train.batch_size="$batch" --train.max_steps="$steps" --log.every_steps="$warmup" \
     --data.eval_split= "$@" > "$out/last-hpctrain.log" 2>&1 ||
     { tail -n 5 "$out/last-hpctrain.log" >&2; exit 1; }
-  read -r rate rss < <(steady "$run/metrics.jsonl" "$key")
-  printf '%s\thpctrain\t%s\t%s\n' "$name" "$rate" "$rss" >> "$results"
+  read -r rate rss first < <(steady "$run/metrics.jsonl" "$key" "$launch_ns")
+  printf '%s\thpctrain\t%s\t%s\t%s\n' "$name" "$rate" "$rss" "$first" >> "$results"
 }
 
 # run_reference CASE RANKS BATCH STEPS WARMUP MALLOC(default|tuned) ARGS...
@@ -88,7 +96,7 @@ run_reference() {
     { tail -n 5 "$out/last-reference.log" >&2; exit 1; }
   "$python" -c 'import json,sys
 r=json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])
-print(sys.argv[2], "pytorch-" + sys.argv[3], r["rate"], r["peak_rss_mb"][0], sep="\t")' \
+print(sys.argv[2], "pytorch-" + sys.argv[3], r["rate"], r["peak_rss_mb"][0], r["first_step_s"], sep="\t")' \
     "$out/last-reference.log" "$name" "$malloc" >> "$results"
 }
 
@@ -115,16 +123,34 @@ for pair in $(seq "$pairs"); do
   gpt_case
 done
 
+# file_calls PROGRAM COMMAND...: the calls strace counts for COMMAND's whole process tree.
+file_calls() {
+  local program=$1
+  shift
+  strace -f -c -e trace=%file -o "$out/strace-$program.txt" "$@" > "$out/last-strace.log" 2>&1 ||
+    { tail -n 5 "$out/last-strace.log" >&2; exit 1; }
+  printf '%s\t%s\n' "$program" "$(awk '$NF == "total" { print $4 }' "$out/strace-$program.txt")" >> "$out/file-calls.tsv"
+}
+if command -v strace > /dev/null; then
+  : > "$out/file-calls.tsv"
+  rm -rf "$out/runs/strace-hpctrain"
+  file_calls hpctrain mpirun -np 2 "$bin" train --config configs/fashion_cnn.ini --run.dir="$out/runs/strace-hpctrain" \
+    --train.threads=1 --train.max_steps=2 --data.eval_split= --data.path="$out/fashion-mnist"
+  file_calls pytorch "$python" jobs/bench/torchrun.py --nproc_per_node=2 jobs/bench/ddp_reference.py \
+    --batch-size 64 --steps 2 --warmup 1 --model fashion_cnn --data "$fashion"
+fi
+
 "$python" - "$results" "$out" "$(date -u +%Y-%m-%d)" "$(lscpu | sed -n 's/^Model name: *//p')" \
   "$(nproc)" "$("$bin" --version | head -n 1)" <<'EOF'
 import statistics, sys
 from collections import defaultdict
 results, out, day, cpu, cores, version = sys.argv[1:7]
-rates, rss = defaultdict(list), defaultdict(list)
+rates, rss, first = defaultdict(list), defaultdict(list), defaultdict(list)
 for line in open(results):
-    case, program, rate, peak = line.split("\t")
+    case, program, rate, peak, first_step = line.split("\t")
     rates[case, program].append(float(rate))
     rss[case, program].append(float(peak))
+    first[case, program].append(float(first_step))
 med = {k: statistics.median(v) for k, v in rates.items()}
 def cell(case, program):
     v = rates[case, program]
@@ -150,6 +176,16 @@ for program in ("hpctrain", "pytorch-default", "pytorch-tuned"):
 for program in ("hpctrain", "pytorch-default", "pytorch-tuned"):
     lines.append(f"| peak RSS of rank 0, fashion_cnn b64 2 ranks, {program} | "
                  f"{statistics.median(rss['fashion_cnn-b64-2r', program]):,.0f} MiB | | | | hpctrain <= 0.6x |")
+launch = {p: statistics.median(first["fashion_cnn-b64-2r", p]) for p in ("hpctrain", "pytorch-default", "pytorch-tuned")}
+lines.append(f"| launch to the end of the first step, fashion_cnn b64 2 ranks, s | {launch['hpctrain']:.2f} | "
+             f"{launch['pytorch-default']:.2f} | {launch['pytorch-tuned']:.2f} | "
+             f"{launch['hpctrain'] / min(launch['pytorch-default'], launch['pytorch-tuned']):.2f}x | <= 0.6x |")
+try:
+    calls = dict(line.split() for line in open(f"{out}/file-calls.tsv"))
+    lines.append(f"| file-system calls (strace %file) of a 2-step run, launcher included | {int(calls['hpctrain']):,} | "
+                 f"{int(calls['pytorch']):,} | | {int(calls['hpctrain']) / int(calls['pytorch']):.2f}x | <= 0.25x |")
+except (OSError, KeyError, ValueError):
+    lines.append("| file-system calls of a 2-step run | not measured (no strace) | | | | <= 0.25x |")
 open(f"{out}/compare.md", "w").write("\n".join(lines) + "\n")
 with open(f"{out}/ratios.dat", "w") as f:
     for case, ratio in ratios:

@@ -13,6 +13,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
 
 #include "hpctrain/core/error.h"
 
@@ -36,6 +40,24 @@ std::int64_t peak_rss_bytes() {
   rusage usage{};
   if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
   return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+double process_age_s() {
+  // Field 22 of /proc/self/stat, after the command name in parentheses (which may hold spaces):
+  // the start time in clock ticks since boot; /proc/uptime: seconds since boot.
+  std::ifstream stat_file("/proc/self/stat");
+  std::ifstream uptime_file("/proc/uptime");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  double uptime_s = 0;
+  const auto name_end = stat.rfind(')');
+  if (!(uptime_file >> uptime_s) || name_end == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(name_end + 2));  // from field 3, the state
+  std::string skipped;
+  for (int field = 3; field < 22; ++field) fields >> skipped;
+  unsigned long long start_ticks = 0;
+  const long ticks_per_s = sysconf(_SC_CLK_TCK);
+  if (!(fields >> start_ticks) || ticks_per_s <= 0) return -1;
+  return uptime_s - static_cast<double>(start_ticks) / static_cast<double>(ticks_per_s);
 }
 
 void tune_allocator() {

@@ -137,6 +137,7 @@ struct Trainer::State {
   std::int64_t written_epoch = -1;
   std::int64_t written_cursor = -1;
   bool stopped = false;  // the ranks agreed to stop on a signal
+  bool first_step_noted = false;
   std::string failure;   // why non-finite steps stopped the run (all ranks alike), or ""
   Timer since_checkpoint;  // for ckpt.every_minutes (rank 0's decides)
   BackgroundJob checkpoint_writer;  // ckpt.async, on rank 0; last, so destroyed (joined) first
@@ -170,6 +171,19 @@ struct Trainer::State {
     setup.train_split->preload_collective();
     log::info("split '{}' read through MPI-IO by {} rank(s) in {:.2f} s", config().data.train_split,
               bootstrap.world_size(), timer.elapsed_s());
+  }
+
+  // Once per process: how long start-up took (libraries, data, a checkpoint to resume from), the
+  // figure that grows with a loaded file system and with the number of ranks. Rank 0's, in the log
+  // and as a metrics record {"step", "first_step_s", "unix_time"}.
+  void note_first_step() {
+    first_step_noted = true;
+    const double age_s = sys::process_age_s();
+    log::info("first optimizer step done {:.2f} s after this process started", age_s);
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    metrics.write({{"step", step},
+                   {"first_step_s", age_s},
+                   {"unix_time", std::chrono::duration<double>(now).count()}});
   }
 
   // dist.check_replicas_every: every replica must hold rank 0's parameters, bit for bit.
@@ -518,6 +532,7 @@ void Trainer::State::train_epoch(std::int64_t epoch, const EpochPlan& plan, std:
     if (finite) optimizer->step();
     ++step;
     activity::set_step(step);
+    if (!first_step_noted) note_first_step();
     check_replicas();
 
     if (log_now) log_progress(epoch, i + 1, steps_per_epoch, loss_sum, loss_samples, real_samples, interval, times);

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "hpctrain/core/error.h"
 
@@ -53,6 +55,14 @@ TEST(System, RemoveTreeRemovesEverythingBelowButNotWhatLinksPointAt) {
 }
 
 TEST(System, HostNameIsKnown) { EXPECT_FALSE(host_name().empty()); }
+
+TEST(System, ProcessAgeIsTheTimeSinceThisProcessStarted) {
+  const double first = process_age_s();
+  EXPECT_GE(first, 0.0);
+  EXPECT_LT(first, 3600.0);  // a test process, not the machine's uptime
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_GE(process_age_s() - first, 0.15);
+}
 
 }  // namespace
 }  // namespace hpctrain::sys

@@ -155,7 +155,15 @@ TEST_F(TrainEndToEnd, TwoRanksTrainWriteMetricsAndACheckpointThatEvaluates) {
   }
   ASSERT_EQ(losses.size(), 9u);
   EXPECT_EQ(evaluations, 2);  // one per epoch, the second after the cut at max_steps
-  EXPECT_EQ(records.front()["step"], 5);
+  // First, the start-up record: the first optimizer step, seconds after rank 0's process started.
+  const json& first_step = records.front();
+  ASSERT_TRUE(first_step.contains("first_step_s")) << first_step.dump();
+  EXPECT_EQ(first_step["step"], 1);
+  EXPECT_GT(first_step["first_step_s"].get<double>(), 0.0);
+  EXPECT_LT(first_step["first_step_s"].get<double>(), 600.0);
+  EXPECT_GT(first_step["unix_time"].get<double>(), 1.7e9);
+  EXPECT_EQ(count_lines_with(r.err, "first optimizer step done "), 1) << r.err;
+  EXPECT_EQ(records[1]["step"], 5);
   EXPECT_LT(losses.back(), losses.front()) << "loss did not fall";
   ASSERT_TRUE(eval.has_value());
   EXPECT_TRUE(eval->contains("test_loss"));

@@ -15,6 +15,11 @@ int affinity_cores();
 // The most resident memory this process has had, in bytes (getrusage's ru_maxrss).
 std::int64_t peak_rss_bytes();
 
+// Seconds since the kernel started this process (its start time in /proc, to 10 ms): start-up
+// timing that includes loading the shared libraries, before any code of ours ran. -1 where /proc
+// does not say.
+double process_age_s();
+
 // Keeps glibc from returning and re-requesting libtorch's large buffers on every step
 // (see docs/architecture.md, "Allocator"). Idempotent.
 void tune_allocator();
