@@ -13,7 +13,10 @@
 # the first; the reference: timed from the end of that step). Peak RSS is rank 0's. Time to the
 # first step: from just before the launcher starts to the end of rank 0's first optimizer step
 # (fashion_cnn, batch 64, 2 ranks). Start-up file-system calls: strace -f -c -e trace=%file over
-# a whole run of 2 steps of that case, launcher included, once per program.
+# a whole run of 2 steps of that case, launcher included, once per program. Allreduce busbw at 2
+# ranks, 4 KiB to 256 MiB: `hpctrain bench comm` (hpctrain's communicator, and a plain
+# MPI_Allreduce of the same bytes) and jobs/bench/gloo_allreduce.py (torch.distributed over gloo),
+# timed alike, once.
 # Writes DIR/compare.md (medians, min-max, ratios against the faster PyTorch setting) and
 # DIR/compare.png (gnuplot), and prints the table. --quick: 3 pairs of short runs (a few
 # minutes); default: 5 pairs of longer runs.
@@ -43,9 +46,9 @@ python=/usr/bin/python3  # Debian's, which has torch
 "$python" -c 'import torch.distributed as d; assert d.is_gloo_available()' ||
   { echo "compare.sh: $python has no torch with gloo (apt-get install python3-torch)" >&2; exit 2; }
 if [ $quick -eq 1 ]; then
-  pairs=${pairs:-3}; cnn_steps=90; cnn_warmup=30; gpt_steps=16; gpt_warmup=4
+  pairs=${pairs:-3}; cnn_steps=90; cnn_warmup=30; gpt_steps=16; gpt_warmup=4; comm_iters=5
 else
-  pairs=${pairs:-5}; cnn_steps=400; cnn_warmup=100; gpt_steps=80; gpt_warmup=20
+  pairs=${pairs:-5}; cnn_steps=400; cnn_warmup=100; gpt_steps=80; gpt_warmup=20; comm_iters=20
 fi
 [ "$pairs" -ge 3 ] || { echo "compare.sh: --pairs must be >= 3" >&2; exit 2; }
 
@@ -140,6 +143,12 @@ if command -v strace > /dev/null; then
     --batch-size 64 --steps 2 --warmup 1 --model fashion_cnn --data "$fashion"
 fi
 
+echo "allreduce" >&2
+mpirun -np 2 "$bin" bench comm --iters "$comm_iters" > "$out/bench-comm.txt" 2> "$out/last-comm.log" ||
+  { tail -n 5 "$out/last-comm.log" >&2; exit 1; }
+"$python" jobs/bench/torchrun.py --nproc_per_node=2 jobs/bench/gloo_allreduce.py --iters "$comm_iters" \
+  > "$out/gloo-allreduce.txt" 2> "$out/last-gloo.log" || { tail -n 5 "$out/last-gloo.log" >&2; exit 1; }
+
 "$python" - "$results" "$out" "$(date -u +%Y-%m-%d)" "$(lscpu | sed -n 's/^Model name: *//p')" \
   "$(nproc)" "$("$bin" --version | head -n 1)" <<'EOF'
 import statistics, sys
@@ -180,12 +189,25 @@ launch = {p: statistics.median(first["fashion_cnn-b64-2r", p]) for p in ("hpctra
 lines.append(f"| launch to the end of the first step, fashion_cnn b64 2 ranks, s | {launch['hpctrain']:.2f} | "
              f"{launch['pytorch-default']:.2f} | {launch['pytorch-tuned']:.2f} | "
              f"{launch['hpctrain'] / min(launch['pytorch-default'], launch['pytorch-tuned']):.2f}x | <= 0.6x |")
+# busbw by size: bench comm's "bytes elements | us algbw busbw | us algbw busbw | check" rows, and
+# gloo_allreduce.py's "bytes us algbw busbw".
+comm = {int(f[0]): (float(f[5]), float(f[9])) for f in (l.split() for l in open(f"{out}/bench-comm.txt"))
+        if f and f[0].isdigit()}
+gloo = {int(f[0]): float(f[3]) for f in (l.split() for l in open(f"{out}/gloo-allreduce.txt")) if f and f[0].isdigit()}
+comm_lines = ["", "Allreduce (sum, float32), 2 ranks, busbw in GB/s:", "",
+              "| bytes | hpctrain communicator | plain MPI_Allreduce | gloo (torch.distributed) | hpctrain / MPI | target (>= 64 KiB) |",
+              "|---|---|---|---|---|---|"]
+for size in sorted(comm):
+    ours, mpi = comm[size]
+    comm_lines.append(f"| {size:,} | {ours:.2f} | {mpi:.2f} | {gloo.get(size, float('nan')):.2f} | {ours / mpi:.2f}x | "
+                      f"{'>= 0.95x' if size >= 65536 else '-'} |")
 try:
     calls = dict(line.split() for line in open(f"{out}/file-calls.tsv"))
     lines.append(f"| file-system calls (strace %file) of a 2-step run, launcher included | {int(calls['hpctrain']):,} | "
                  f"{int(calls['pytorch']):,} | | {int(calls['hpctrain']) / int(calls['pytorch']):.2f}x | <= 0.25x |")
 except (OSError, KeyError, ValueError):
     lines.append("| file-system calls of a 2-step run | not measured (no strace) | | | | <= 0.25x |")
+lines += comm_lines
 open(f"{out}/compare.md", "w").write("\n".join(lines) + "\n")
 with open(f"{out}/ratios.dat", "w") as f:
     for case, ratio in ratios:
