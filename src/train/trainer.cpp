@@ -137,10 +137,10 @@ struct Trainer::State {
   std::int64_t written_epoch = -1;
   std::int64_t written_cursor = -1;
   bool stopped = false;  // the ranks agreed to stop on a signal
-  bool first_step_noted = false;
+  bool first_step_noted = false;  // note_first_step() has run in this process
   std::string failure;   // why non-finite steps stopped the run (all ranks alike), or ""
   Timer since_checkpoint;  // for ckpt.every_minutes (rank 0's decides)
-  BackgroundJob checkpoint_writer;  // ckpt.async, on rank 0; last, so destroyed (joined) first
+  BackgroundJob checkpoint_writer;  // ckpt.async, on rank 0; last, so destroyed (waited for) first
 
   State(TrainingSetup s, comm::Bootstrap& b, RunDirectory dir)
       : setup(std::move(s)), bootstrap(b), run_dir(std::move(dir)),
