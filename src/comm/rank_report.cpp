@@ -22,8 +22,8 @@ std::string lagging_rank_text(const ExchangedReports& exchanged, std::int64_t mi
   if (reports.empty()) return "";
   int lagging = -1;
   for (int r = 0; r < static_cast<int>(reports.size()); ++r) {
-    if (r == exchanged.self || reports[static_cast<size_t>(r)].collectives >= mine) continue;
     const std::int64_t issued = reports[static_cast<size_t>(r)].collectives;
+    if (r == exchanged.self || issued >= mine) continue;
     if (lagging < 0 || issued < reports[static_cast<size_t>(lagging)].collectives) lagging = r;
   }
   const std::string stalled =

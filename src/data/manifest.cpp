@@ -32,9 +32,9 @@ void check_shard_entry(const std::string& manifest_path, const std::string& spli
 }
 
 // Every integer of a manifest is a count or a size: a JSON integer from 0 to 2^63-1 (not 2.0:
-// hpctrain writes integers). nlohmann's
-// get<int64_t> would convert 1e308 or 2^64-1 silently (or with undefined behaviour), so the kind
-// and range are checked first. `what` names the entry, e.g. "'samples' of shard 'a.h5'".
+// hpctrain writes integers). nlohmann's get<int64_t> would convert 1e308 or 2^64-1 silently (or
+// with undefined behaviour), so the kind and range are checked first. `what` names the entry,
+// e.g. "'samples' of shard 'a.h5'".
 std::int64_t as_count(const json& value, const std::string& manifest_path, const std::string& what) {
   constexpr auto kMost = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
   const bool fits = value.is_number_unsigned() ? value.get<std::uint64_t>() <= kMost

@@ -97,6 +97,17 @@ TEST_F(RankFailureEndToEnd, ARankFrozenInACheckpointIsNamedByTheRankWaitingForIt
   EXPECT_FALSE(fs::exists(work_ + "/frozen-in-checkpoint/checkpoints/ckpt-2.h5"));
 }
 
+// Rank 0's own watch ended the job (exit 5, in time) over its stuck checkpoint write, saying at
+// which step and under which limit ("step 2; dist.timeout_s=3").
+void expect_stuck_write_ended_the_job(const ProcessResult& r, double seconds, const std::string& step_and_limit) {
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_LT(seconds, kMostSeconds) << r.err;
+  EXPECT_NE(r.err.find("[rank 0/2 " + sys::host_name() + "] this rank has been writing a checkpoint for "),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(" s (" + step_and_limit + "): the write is stuck"), std::string::npos) << r.err;
+}
+
 // Rank 0's training thread hangs as it begins writing its first checkpoint (as on a hung file
 // system) while the process lives and beats on, so rank 1, waiting in the control plane's barrier
 // after the write, hears nothing wrong. Rank 0's own watch ends the job after
@@ -105,12 +116,7 @@ TEST_F(RankFailureEndToEnd, ACheckpointWriteThatHangsEndsTheJob) {
   double seconds = 0;
   const ProcessResult r =
       timed("env HPCTRAIN_FAULT=hang@0:checkpoint " + train("stuck-write", "--ckpt.every_steps=2", "mlp"), seconds);
-  EXPECT_EQ(r.exit_code, 5) << r.err;
-  EXPECT_LT(seconds, kMostSeconds) << r.err;
-  EXPECT_NE(r.err.find("[rank 0/2 " + sys::host_name() + "] this rank has been writing a checkpoint for "),
-            std::string::npos)
-      << r.err;
-  EXPECT_NE(r.err.find(" s (step 2; dist.timeout_s=3): the write is stuck"), std::string::npos) << r.err;
+  expect_stuck_write_ended_the_job(r, seconds, "step 2; dist.timeout_s=3");
 }
 
 // The same with ckpt.async: the write hangs on rank 0's background thread while training goes
@@ -122,12 +128,7 @@ TEST_F(RankFailureEndToEnd, AnAsyncCheckpointWriteThatHangsEndsTheJob) {
                                     train("stuck-async-write",
                                           "--ckpt.every_steps=2 --ckpt.async=true --ckpt.write_timeout_s=5", "mlp"),
                                 seconds);
-  EXPECT_EQ(r.exit_code, 5) << r.err;
-  EXPECT_LT(seconds, kMostSeconds) << r.err;
-  EXPECT_NE(r.err.find("[rank 0/2 " + sys::host_name() + "] this rank has been writing a checkpoint for "),
-            std::string::npos)
-      << r.err;
-  EXPECT_NE(r.err.find(" s (step 4; ckpt.write_timeout_s=5): the write is stuck"), std::string::npos) << r.err;
+  expect_stuck_write_ended_the_job(r, seconds, "step 4; ckpt.write_timeout_s=5");
 }
 
 // Rank 1's training thread hangs waiting for its loader (as on a hung file system) while the
