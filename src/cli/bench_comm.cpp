@@ -2,7 +2,10 @@
 // MPI_Allreduce of the same bytes on the host, with nccl-tests' bandwidth definitions.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <vector>
 #include <memory>
 
 #include "bench.h"
@@ -20,38 +23,57 @@ namespace {
 
 const char* const kCommUsage =
     "usage: [mpirun -np N] hpctrain bench comm [--backend mpi|nccl] [--min-bytes 4KiB]\n"
-    "                                          [--max-bytes 256MiB] [--iters 20]\n\n"
+    "                                          [--max-bytes 256MiB] [--iters 20] [--rounds 3]\n\n"
     "Allreduce (sum, float32) of every size from --min-bytes to --max-bytes, times 4 each step,\n"
-    "through the mpi or nccl communicator (nccl: each rank on the GPU of its node-local rank),\n"
-    "and a blocking MPI_Allreduce of the same bytes in host memory as the reference. 5 untimed\n"
-    "warm-up calls, then --iters timed ones (nccl: queued back to back, then waited for; mpi:\n"
-    "one after another); time is the mean per call, averaged over ranks. As in nccl-tests,\n"
-    "algbw = bytes / time and busbw = algbw * 2(n-1)/n. The check allreduces rank+1 from every\n"
-    "rank and compares each element with n(n+1)/2.\n";
+    "through the mpi or nccl communicator (nccl: each rank on the GPU of its node-local rank) in\n"
+    "two ways: allreduce_blocking() (what the trainer uses when it waits at once; mpi: on the\n"
+    "calling thread) and allreduce() waited for (mpi: on the communicator's worker thread; nccl:\n"
+    "queued back to back, then waited for); and a blocking MPI_Allreduce of the same bytes in\n"
+    "host memory as the reference. 5 untimed warm-up calls of each, then --rounds rounds of\n"
+    "--iters timed calls of each in turn, so that the machine's drift touches all three alike;\n"
+    "time is the median over rounds of the mean per call, averaged over ranks. As in\n"
+    "nccl-tests, algbw = bytes / time and busbw = algbw * 2(n-1)/n. The check allreduces rank+1\n"
+    "from every rank and compares each element with n(n+1)/2.\n";
 
 constexpr int kWarmup = 5;
 
-// Mean seconds per call of `iters` allreduces of `tensor` after the warm-up.
-double time_allreduce(comm::Communicator& comm, at::Tensor& tensor, int iters) {
-  for (int i = 0; i < kWarmup; ++i) comm.allreduce(tensor, comm::ReduceOp::kSum)->wait();
-  // NCCL orders calls on its stream, so they can be queued; MPI calls on one buffer may not overlap.
-  const bool queue = comm.backend() == "nccl";
+// Seconds per call of `iters` calls of `call`.
+double time_calls(int iters, const std::function<void()>& call) {
   const Timer timer;
-  std::vector<std::unique_ptr<comm::Work>> pending;
-  for (int i = 0; i < iters; ++i) {
-    pending.push_back(comm.allreduce(tensor, comm::ReduceOp::kSum));
-    if (!queue) pending.back()->wait();
-  }
-  for (auto& work : pending) work->wait();
+  for (int i = 0; i < iters; ++i) call();
   return timer.elapsed_s() / iters;
 }
 
-double time_mpi_reference(const comm::Bootstrap& bootstrap, std::vector<float>& host, int iters) {
-  const auto count = static_cast<std::int64_t>(host.size());
-  for (int i = 0; i < kWarmup; ++i) bootstrap.allreduce_sum(host.data(), count);
-  const Timer timer;
-  for (int i = 0; i < iters; ++i) bootstrap.allreduce_sum(host.data(), count);
-  return timer.elapsed_s() / iters;
+// One way to allreduce the bench's buffer: `iters` calls, returning seconds per call.
+using Way = std::function<double(int iters)>;
+
+Way blocking_way(comm::Communicator& comm, at::Tensor& tensor) {
+  return [&comm, &tensor](int iters) {
+    return time_calls(iters, [&] { comm.allreduce_blocking(tensor, comm::ReduceOp::kSum); });
+  };
+}
+
+Way waited_way(comm::Communicator& comm, at::Tensor& tensor) {
+  if (comm.backend() != "nccl") {
+    return [&comm, &tensor](int iters) {
+      return time_calls(iters, [&] { comm.allreduce(tensor, comm::ReduceOp::kSum)->wait(); });
+    };
+  }
+  // NCCL orders calls on its stream, so they can be queued; MPI calls on one buffer may not overlap.
+  return [&comm, &tensor](int iters) {
+    const Timer timer;
+    std::vector<std::unique_ptr<comm::Work>> pending;
+    for (int i = 0; i < iters; ++i) pending.push_back(comm.allreduce(tensor, comm::ReduceOp::kSum));
+    for (auto& work : pending) work->wait();
+    return timer.elapsed_s() / iters;
+  };
+}
+
+// `host`: a float tensor in host memory.
+Way mpi_way(const comm::Bootstrap& bootstrap, at::Tensor& host) {
+  return [&bootstrap, &host](int iters) {
+    return time_calls(iters, [&] { bootstrap.allreduce_sum(host.data_ptr<float>(), host.numel()); });
+  };
 }
 
 // True when allreducing rank+1 gives n(n+1)/2 in every element.
@@ -81,8 +103,9 @@ int bench_comm(const config::ParsedArgs& parsed) {
   const std::int64_t min_bytes = flag_bytes("min-bytes", "4KiB");
   const std::int64_t max_bytes = flag_bytes("max-bytes", "256MiB");
   const auto iters = static_cast<int>(int_flag(parsed, "bench comm", "iters", "20"));
-  if (min_bytes < 4 || max_bytes < min_bytes || iters < 1) {
-    throw ConfigError("bench comm: need 4 <= --min-bytes <= --max-bytes and --iters >= 1");
+  const auto rounds = static_cast<int>(int_flag(parsed, "bench comm", "rounds", "3"));
+  if (min_bytes < 4 || max_bytes < min_bytes || iters < 1 || rounds < 1) {
+    throw ConfigError("bench comm: need 4 <= --min-bytes <= --max-bytes, --iters >= 1 and --rounds >= 1");
   }
   const bool cuda = backend == "nccl";
   comm::validate_backend(backend, cuda);  // before MPI: the same answer on every rank
@@ -102,27 +125,36 @@ int bench_comm(const config::ParsedArgs& parsed) {
   const double bus_factor = 2.0 * (n - 1) / n;
 
   if (bootstrap->world_rank() == 0) {
-    std::printf("# bench comm: allreduce sum float32, backend %s on %s, %d rank(s), %d warm-up + %d "
-                "timed calls per size\n# %10s %12s | %10s %10s %10s | %10s %10s %10s | %s\n",
-                backend.c_str(), device.str().c_str(), n, kWarmup, iters, "bytes", "elements",
-                "time(us)", "algbw", "busbw", "mpi(us)", "algbw", "busbw", "check");
+    std::printf("# bench comm: allreduce sum float32, backend %s on %s, %d rank(s), %d warm-up + %d x %d "
+                "timed calls per size and way\n# %10s %12s | %10s %10s %10s | %10s %10s | %10s %10s %10s | %s\n",
+                backend.c_str(), device.str().c_str(), n, kWarmup, rounds, iters, "bytes", "elements",
+                "block(us)", "algbw", "busbw", "wait(us)", "busbw", "mpi(us)", "algbw", "busbw", "check");
   }
   bool all_ok = true;
   for (std::int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     const std::int64_t count = bytes / 4;
     at::Tensor tensor = at::zeros({count}, at::TensorOptions().dtype(at::kFloat).device(device));
-    const double seconds = mean_over_ranks(*bootstrap, time_allreduce(*comm, tensor, iters));
-    std::vector<float> host(static_cast<size_t>(count), 0.0f);
-    const double mpi_seconds = mean_over_ranks(*bootstrap, time_mpi_reference(*bootstrap, host, iters));
+    // The reference reduces the very same memory on a CPU: two buffers of hundreds of MiB can
+    // differ by 10 % in speed here (their pages), which would be charged to the communicator.
+    at::Tensor host = tensor.is_cpu() ? tensor : at::zeros({count}, at::kFloat);
+    const std::vector<Way> ways{blocking_way(*comm, tensor), waited_way(*comm, tensor), mpi_way(*bootstrap, host)};
+    for (const Way& way : ways) way(kWarmup);
+    std::vector<std::vector<double>> times(ways.size());
+    for (int r = 0; r < rounds; ++r) {
+      for (size_t w = 0; w < ways.size(); ++w) times[w].push_back(mean_over_ranks(*bootstrap, ways[w](iters)));
+    }
+    const double seconds = median(times[0]);
+    const double waited_s = median(times[1]);
+    const double mpi_seconds = median(times[2]);
     const bool ok = bootstrap->all_true(check_allreduce(*comm, tensor));
     all_ok = all_ok && ok;
     const double algbw = bytes / seconds / 1e9;
     const double mpi_algbw = bytes / mpi_seconds / 1e9;
     if (bootstrap->world_rank() == 0) {
-      std::printf("  %10lld %12lld | %10.1f %10.2f %10.2f | %10.1f %10.2f %10.2f | %s\n",
-                  static_cast<long long>(bytes), static_cast<long long>(count), seconds * 1e6,
-                  algbw, algbw * bus_factor, mpi_seconds * 1e6, mpi_algbw, mpi_algbw * bus_factor,
-                  ok ? "OK" : "WRONG");
+      std::printf("  %10lld %12lld | %10.1f %10.2f %10.2f | %10.1f %10.2f | %10.1f %10.2f %10.2f | %s\n",
+                  static_cast<long long>(bytes), static_cast<long long>(count), seconds * 1e6, algbw,
+                  algbw * bus_factor, waited_s * 1e6, bytes / waited_s / 1e9 * bus_factor, mpi_seconds * 1e6,
+                  mpi_algbw, mpi_algbw * bus_factor, ok ? "OK" : "WRONG");
       std::fflush(stdout);
     }
   }

@@ -13,7 +13,7 @@ int run_bench(const Args& args) {
   const std::vector<config::Flag> flags{
       {"data", true, ""},      {"split", true, ""},     {"batch-size", true, ""},
       {"repeats", true, ""},   {"cache-mb", true, ""},  {"backend", true, ""},
-      {"min-bytes", true, ""}, {"max-bytes", true, ""}, {"iters", true, ""},
+      {"min-bytes", true, ""}, {"max-bytes", true, ""}, {"iters", true, ""}, {"rounds", true, ""},
       {"model", true, ""},     {"steps", true, ""},     {"bucket-mb", true, ""},
       {"device", true, ""},    {"io", false, ""},       {"shuffle-window-mb", true, ""},
       {"cold", false, ""},     {"prefetch", true, ""}};

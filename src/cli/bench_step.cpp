@@ -101,7 +101,7 @@ int bench_step(const config::ParsedArgs& parsed) {
   for (const auto& p : parameters) numel += p.numel();
   at::Tensor flat = torch::zeros({numel}, parameters.front().options());
   const double flat_s = time_step(*bootstrap, device, steps,
-                                  [&] { comm->allreduce(flat, comm::ReduceOp::kAvg)->wait(); });
+                                  [&] { comm->allreduce_blocking(flat, comm::ReduceOp::kAvg); });
 
   ddp::GradSyncOptions options;
   options.bucket_bytes = bucket_mb << 20;

@@ -10,10 +10,13 @@
 // thread is inside MPI, so an MPI_Iallreduce started during backward would mostly run at the
 // final wait; the worker makes the reduction overlap with the caller's computation, and
 // blocking MPI_Allreduce picks Open MPI's tuned algorithms (2-3x faster than MPI_Iallreduce
-// here, docs/benchmarks.md). MPI stays MPI_THREAD_SERIALIZED: while a collective is queued
-// or running, the caller makes no MPI call of its own (it only waits on Work), and Bootstrap's
+// here, docs/benchmarks.md). This communicator's collectives stay serialized: while one is
+// queued or running, the caller makes no call of its own (it only waits on Work, or its
+// allreduce_blocking() is queued too: Note [Blocking collectives] in the .cpp), and Bootstrap's
 // control-plane calls happen when no collective is in flight.
 #pragma once
+
+#include <functional>
 
 #include "hpctrain/comm/communicator.h"
 
@@ -30,6 +33,7 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
 
   std::unique_ptr<Work> allreduce(at::Tensor& tensor, ReduceOp op) override;
+  void allreduce_blocking(at::Tensor& tensor, ReduceOp op) override;
   std::unique_ptr<Work> broadcast(at::Tensor& tensor, int root) override;
   std::unique_ptr<Work> allgather(const at::Tensor& input, at::Tensor& output) override;
   std::unique_ptr<Work> reduce_scatter(const at::Tensor& input, at::Tensor& output,
@@ -41,6 +45,8 @@ class MpiCommunicator final : public Communicator {
  private:
   // 1, or 1 / size() for an average (of a floating-point tensor; else CommError).
   double average_scale(const at::Tensor& tensor, ReduceOp op) const;
+  // The MPI call that allreduces `tensor` (on the host) in place, then scales it for an average.
+  std::function<void()> allreduce_call(const at::Tensor& tensor, ReduceOp op) const;
 
   std::shared_ptr<State> state_;
   int rank_ = 0;

@@ -33,6 +33,8 @@ const char* why_stuck(activity::Kind kind) {
       return "a read is stuck (the file system?) or a loader thread died";
     case activity::Kind::kCheckpoint:
       return "the write is stuck (the file system?); if it is only slow, raise ckpt.write_timeout_s";
+    case activity::Kind::kInCollective:
+      return "a rank is missing from the collective (crashed, or stuck before it)";
     default:
       return "it is stuck";
   }
@@ -215,9 +217,10 @@ void RankWatch::State::watch() {
     const activity::Snapshot mine = activity::now();
     const activity::Limit bound = activity::limit(mine.kind);
     if (bound.seconds > 0 && mine.seconds_in > std::max(bound.seconds, 1.0)) {
-      end_job(topology, fmt::format("this rank has been {} for {:.1f} s (step {}; {}={}): {}; the job ends",
+      const std::string behind = mine.kind == activity::Kind::kInCollective ? lagging_rank_report() : "";
+      end_job(topology, fmt::format("this rank has been {} for {:.1f} s (step {}; {}={}): {}{}; the job ends",
                                     activity::describe(mine.kind), mine.seconds_in, mine.step, bound.option,
-                                    bound.seconds, why_stuck(mine.kind)));
+                                    bound.seconds, why_stuck(mine.kind), behind));
     }
     lock.lock();
     changed.wait_for(lock, period, [this] { return stop; });

@@ -26,12 +26,13 @@ std::atomic<std::int64_t> g_step{0};
 std::atomic<std::int64_t> g_collectives{0};
 std::atomic<int> g_rank{-1};
 
-constexpr const char* kNames[] = {"starting",   "step",            "loader",     "collective",
+constexpr const char* kNames[] = {"starting",   "step",       "loader",          "collective", "in-collective",
                                    "checkpoint", "checkpoint-wait", "evaluation", "finishing"};
 constexpr const char* kDescriptions[] = {"starting up",
                                          "in a training step",
                                          "waiting for the loader",
                                          "waiting in a collective",
+                                         "in a blocking collective",
                                          "writing a checkpoint",
                                          "in a checkpoint, waiting for the other ranks",
                                          "evaluating",

@@ -230,7 +230,7 @@ std::vector<double> sum_over_ranks(comm::Communicator& comm, const std::vector<d
   // A copy (also on the CPU), so the collective never writes into `values`.
   at::Tensor sums = at::from_blob(const_cast<double*>(values.data()), {n}, at::kDouble)
                         .to(device, at::kDouble, /*non_blocking=*/false, /*copy=*/true);
-  comm.allreduce(sums, comm::ReduceOp::kSum)->wait();
+  comm.allreduce_blocking(sums, comm::ReduceOp::kSum);
   sums = sums.cpu();
   return {sums.data_ptr<double>(), sums.data_ptr<double>() + n};
 }

@@ -206,7 +206,7 @@ struct Trainer::State {
     if (!config().dist.sync_bn) return;
     model::BatchStatsReducer reduce;
     if (comm->size() > 1) {
-      reduce = [c = comm.get()](at::Tensor& stats) { c->allreduce(stats, comm::ReduceOp::kSum)->wait(); };
+      reduce = [c = comm.get()](at::Tensor& stats) { c->allreduce_blocking(stats, comm::ReduceOp::kSum); };
     }
     const int layers = model::set_batch_stats_reducer(net().module(), reduce);
     if (layers == 0) {

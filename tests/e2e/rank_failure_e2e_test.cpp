@@ -158,6 +158,27 @@ TEST_F(RankFailureEndToEnd, TheRankBehindIsNamedAmongFour) {
   EXPECT_NE(r.err.find(" s ago: step 0, in a training step for "), std::string::npos) << r.err;
 }
 
+// Rank 1's training thread hangs as it begins an evaluation while its process lives and beats
+// on. Rank 0 evaluates its part and sums the results in a blocking allreduce on its own thread
+// (Note [Blocking collectives] in src/comm/mpi_communicator.cpp), which cannot time out by itself:
+// its watch ends the job after dist.timeout_s, naming rank 1 as the rank behind.
+TEST_F(RankFailureEndToEnd, ABlockingCollectiveARankNeverJoinsEndsTheJob) {
+  double seconds = 0;
+  const ProcessResult r = timed("env HPCTRAIN_FAULT=hang@1:evaluation " +
+                                    train("stuck-in-evaluation", "--data.eval_split=test --train.eval_every=2", "mlp"),
+                                seconds);
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_LT(seconds, kMostSeconds) << r.err;
+  EXPECT_NE(r.err.find("[rank 0/2 " + sys::host_name() + "] this rank has been in a blocking collective for "),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(" s (step 2; dist.timeout_s=3): a rank is missing from the collective (crashed, or stuck "
+                       "before it); rank 1 (" +
+                       sys::host_name() + ") was furthest behind at the last exchange of reports"),
+            std::string::npos)
+      << r.err;
+}
+
 // kill -9 of rank 1 mid-run, from outside: the launcher or the heartbeats end the job promptly.
 TEST_F(RankFailureEndToEnd, AKilledRankEndsTheJob) {
   const std::string dir = work_ + "/killed";

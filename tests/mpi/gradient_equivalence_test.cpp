@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <thread>
 
 #include "hpctrain/comm/communicator.h"
+#include "hpctrain/core/activity.h"
 #include "hpctrain/data/distributed_sampler.h"
 #include "hpctrain/train/nonfinite.h"
 #include "hpctrain/train/step_loss.h"
@@ -137,6 +139,54 @@ TEST(MpiCommunicator, AllreduceSumAndAverage) {
   EXPECT_TRUE(torch::allclose(avg, torch::full({3}, (world - 1) / 2.0f)));
   at::Tensor ints = torch::ones({2}, torch::kLong);
   EXPECT_THROW(comm->allreduce(ints, comm::ReduceOp::kAvg), CommError);
+}
+
+// allreduce_blocking: the same sums and averages; behind collectives still queued, it waits its
+// turn (a reduction run out of order would add into a tensor still being reduced).
+TEST(MpiCommunicator, ABlockingAllreduceSumsAveragesAndKeepsItsPlaceInLine) {
+  comm::Bootstrap& boot = *testing::g_bootstrap;
+  auto comm = comm::make_communicator("mpi", boot, false, 0);
+  const int world = comm->size();
+  const double triangle = world * (world + 1) / 2.0;
+  at::Tensor sum = torch::full({5}, static_cast<double>(comm->rank() + 1), torch::kFloat64);
+  comm->allreduce_blocking(sum, comm::ReduceOp::kSum);
+  EXPECT_TRUE(torch::equal(sum, torch::full({5}, triangle, torch::kFloat64)));
+  at::Tensor avg = torch::full({3}, static_cast<float>(comm->rank()));
+  comm->allreduce_blocking(avg, comm::ReduceOp::kAvg);
+  EXPECT_TRUE(torch::allclose(avg, torch::full({3}, (world - 1) / 2.0f)));
+
+  at::Tensor big = torch::full({1 << 22}, static_cast<double>(comm->rank() + 1), torch::kFloat64);
+  std::vector<std::unique_ptr<comm::Work>> queued;
+  for (int i = 0; i < 3; ++i) queued.push_back(comm->allreduce(big, comm::ReduceOp::kAvg));
+  comm->allreduce_blocking(big, comm::ReduceOp::kSum);  // after the three averages
+  for (auto& work : queued) EXPECT_TRUE(work->is_completed());
+  EXPECT_TRUE(torch::allclose(big, torch::full({1 << 22}, triangle, torch::kFloat64)));
+}
+
+// Where the rank watch runs (mpi_test_main.cpp starts it), a blocking allreduce with nothing
+// queued runs on the calling thread, which is meanwhile "in a blocking collective" (the activity
+// the watch times), not waiting for the worker.
+TEST(MpiCommunicator, ABlockingAllreduceRunsOnTheCallingThread) {
+  comm::Bootstrap& boot = *testing::g_bootstrap;
+  auto comm = comm::make_communicator("mpi", boot, false, 0);
+  if (comm->size() == 1) GTEST_SKIP() << "needs a second rank to be late";
+  at::Tensor values = torch::ones({4});
+  if (comm->rank() == 0) {
+    std::atomic<bool> done{false};
+    std::atomic<int> seen{-1};
+    std::thread observer([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (!done.load()) seen = static_cast<int>(activity::now().kind);
+    });
+    comm->allreduce_blocking(values, comm::ReduceOp::kSum);
+    done = true;
+    observer.join();
+    EXPECT_EQ(seen.load(), static_cast<int>(activity::Kind::kInCollective));
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    comm->allreduce_blocking(values, comm::ReduceOp::kSum);
+  }
+  EXPECT_TRUE(torch::equal(values, torch::full({4}, static_cast<float>(comm->size()))));
 }
 
 TEST(MpiCommunicator, AllgatherAndReduceScatterInRankOrder) {

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   hpctrain::comm::Bootstrap bootstrap(&argc, &argv);
   hpctrain::testing::g_bootstrap = &bootstrap;
+  bootstrap.watch_ranks(/*timeout_s=*/60);  // as hpctrain's commands do: blocking collectives need it
   if (bootstrap.world_rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());

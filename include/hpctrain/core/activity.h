@@ -18,6 +18,7 @@ enum class Kind : int {
   kStep,            // forward, backward and the optimizer
   kLoader,          // waiting for the loader's next batch
   kCollective,      // waiting for a collective to complete
+  kInCollective,    // in a blocking collective on this thread (Communicator::allreduce_blocking)
   kCheckpoint,      // rank 0 writing a checkpoint, or waiting for its previous background write
   kCheckpointWait,  // in a checkpoint, waiting for the other ranks (gathering state, the barrier)
   kEvaluation,      // evaluating
@@ -29,9 +30,9 @@ const char* name(Kind kind);
 // kind: an unknown one reads "in an unknown activity").
 const char* describe(Kind kind);
 // How long the training thread may stay in `kind` before the rank watch ends the job, and the
-// option (a string literal) that says so: set for what nothing else times, waiting for the loader
-// and writing a checkpoint. 0 (the default): no limit. A collective has a timeout of its own; a
-// step or an evaluation may rightly take long.
+// option (a string literal) that says so: set for what nothing else times, waiting for the loader,
+// writing a checkpoint, a blocking collective. 0 (the default): no limit. Waiting for a
+// collective has a timeout of its own; a step or an evaluation may rightly take long.
 void set_limit(Kind kind, double seconds, const char* option);
 struct Limit {
   double seconds = 0;
