@@ -14,9 +14,13 @@
 # first step: from just before the launcher starts to the end of rank 0's first optimizer step
 # (fashion_cnn, batch 64, 2 ranks). Start-up file-system calls: strace -f -c -e trace=%file over
 # a whole run of 2 steps of that case, launcher included, once per program. Allreduce busbw at 2
-# ranks, 4 KiB to 256 MiB: `hpctrain bench comm` (hpctrain's communicator, and a plain
-# MPI_Allreduce of the same bytes) and jobs/bench/gloo_allreduce.py (torch.distributed over gloo),
-# timed alike, once.
+# ranks, 4 KiB to 256 MiB: `hpctrain bench comm` (hpctrain's communicator, blocking and through
+# its worker, and a plain MPI_Allreduce of the same memory, in interleaved rounds) and
+# jobs/bench/gloo_allreduce.py (torch.distributed over gloo), timed alike, once. I/O:
+# `hpctrain bench data` (the loader against a raw read(2) of the same shard files, page cache
+# warm), and a checkpoint write (a 305 MB gpt checkpoint, 1 rank, the time hpctrain logs for
+# writing, fsyncing and renaming it) against `dd ... conv=fsync` of as many bytes to a new file,
+# alternately, 3 times each, after a `sync`.
 # Writes DIR/compare.md (medians, min-max, ratios against the faster PyTorch setting) and
 # DIR/compare.png (gnuplot), and prints the table. --quick: 3 pairs of short runs (a few
 # minutes); default: 5 pairs of longer runs.
@@ -46,9 +50,9 @@ python=/usr/bin/python3  # Debian's, which has torch
 "$python" -c 'import torch.distributed as d; assert d.is_gloo_available()' ||
   { echo "compare.sh: $python has no torch with gloo (apt-get install python3-torch)" >&2; exit 2; }
 if [ $quick -eq 1 ]; then
-  pairs=${pairs:-3}; cnn_steps=90; cnn_warmup=30; gpt_steps=16; gpt_warmup=4; comm_iters=5
+  pairs=${pairs:-3}; cnn_steps=60; cnn_warmup=20; gpt_steps=10; gpt_warmup=3; comm_iters=5; comm_rounds=5
 else
-  pairs=${pairs:-5}; cnn_steps=400; cnn_warmup=100; gpt_steps=80; gpt_warmup=20; comm_iters=20
+  pairs=${pairs:-5}; cnn_steps=400; cnn_warmup=100; gpt_steps=80; gpt_warmup=20; comm_iters=20; comm_rounds=5
 fi
 [ "$pairs" -ge 3 ] || { echo "compare.sh: --pairs must be >= 3" >&2; exit 2; }
 
@@ -144,10 +148,36 @@ if command -v strace > /dev/null; then
 fi
 
 echo "allreduce" >&2
-mpirun -np 2 "$bin" bench comm --iters "$comm_iters" > "$out/bench-comm.txt" 2> "$out/last-comm.log" ||
+mpirun -np 2 "$bin" bench comm --iters "$comm_iters" --rounds "$comm_rounds" > "$out/bench-comm.txt" \
+  2> "$out/last-comm.log" ||
   { tail -n 5 "$out/last-comm.log" >&2; exit 1; }
 "$python" jobs/bench/torchrun.py --nproc_per_node=2 jobs/bench/gloo_allreduce.py --iters "$comm_iters" \
   > "$out/gloo-allreduce.txt" 2> "$out/last-gloo.log" || { tail -n 5 "$out/last-gloo.log" >&2; exit 1; }
+
+echo "loader and checkpoint writes" >&2
+"$bin" bench data --data "$out/fashion-mnist" --repeats 3 > "$out/bench-data.txt" 2> "$out/last-data.log" ||
+  { tail -n 5 "$out/last-data.log" >&2; exit 1; }
+# The same bytes as the checkpoint, to a new file, synced: "N bytes ... copied, T s, ..." -> N T.
+dd_write() {
+  rm -f "$out/dd.bin"
+  sync
+  dd if=/dev/zero of="$out/dd.bin" bs=1M count="$1" conv=fsync 2>&1 | awk '/copied/ { print $1, $(NF-3) }'
+  rm -f "$out/dd.bin"
+}
+: > "$out/ckpt-writes.tsv"  # program, bytes, seconds
+for i in 1 2 3; do
+  rm -rf "$out/runs/ckpt"
+  sync
+  mpirun -np 1 "$bin" train --config configs/text_gpt.ini --data.path="$out/text" --run.dir="$out/runs/ckpt" \
+    --train.threads=1 --train.max_steps=1 --train.batch_size=2 --data.eval_split= --model.gpt_embd=512 \
+    --model.gpt_layers=8 > "$out/last-ckpt.log" 2>&1 || { tail -n 5 "$out/last-ckpt.log" >&2; exit 1; }
+  bytes=$(stat -c %s "$out"/runs/ckpt/checkpoints/ckpt-1.h5)
+  seconds=$(sed -n 's/.*checkpoint .* written in \([0-9.]*\) s .*/\1/p' "$out/last-ckpt.log")
+  printf 'hpctrain\t%s\t%s\n' "$bytes" "$seconds" >> "$out/ckpt-writes.tsv"
+  read -r dd_bytes dd_seconds < <(dd_write $(((bytes + 1048575) / 1048576)))
+  printf 'dd\t%s\t%s\n' "$dd_bytes" "$dd_seconds" >> "$out/ckpt-writes.tsv"
+done
+rm -rf "$out/runs/ckpt"
 
 "$python" - "$results" "$out" "$(date -u +%Y-%m-%d)" "$(lscpu | sed -n 's/^Model name: *//p')" \
   "$(nproc)" "$("$bin" --version | head -n 1)" <<'EOF'
@@ -189,25 +219,48 @@ launch = {p: statistics.median(first["fashion_cnn-b64-2r", p]) for p in ("hpctra
 lines.append(f"| launch to the end of the first step, fashion_cnn b64 2 ranks, s | {launch['hpctrain']:.2f} | "
              f"{launch['pytorch-default']:.2f} | {launch['pytorch-tuned']:.2f} | "
              f"{launch['hpctrain'] / min(launch['pytorch-default'], launch['pytorch-tuned']):.2f}x | <= 0.6x |")
-# busbw by size: bench comm's "bytes elements | us algbw busbw | us algbw busbw | check" rows, and
-# gloo_allreduce.py's "bytes us algbw busbw".
-comm = {int(f[0]): (float(f[5]), float(f[9])) for f in (l.split() for l in open(f"{out}/bench-comm.txt"))
+# busbw by size: bench comm's "bytes elements | block-us algbw busbw | wait-us busbw | mpi-us algbw
+# busbw | check" rows, and gloo_allreduce.py's "bytes us algbw busbw".
+comm = {int(f[0]): (float(f[5]), float(f[8]), float(f[12])) for f in (l.split() for l in open(f"{out}/bench-comm.txt"))
         if f and f[0].isdigit()}
 gloo = {int(f[0]): float(f[3]) for f in (l.split() for l in open(f"{out}/gloo-allreduce.txt")) if f and f[0].isdigit()}
-comm_lines = ["", "Allreduce (sum, float32), 2 ranks, busbw in GB/s:", "",
-              "| bytes | hpctrain communicator | plain MPI_Allreduce | gloo (torch.distributed) | hpctrain / MPI | target (>= 64 KiB) |",
-              "|---|---|---|---|---|---|"]
+comm_lines = ["", "Allreduce (sum, float32), 2 ranks, busbw in GB/s (blocking: allreduce_blocking, on the calling "
+              "thread; waited: allreduce() then wait(), through the communicator's worker thread):", "",
+              "| bytes | hpctrain, blocking | hpctrain, waited | plain MPI_Allreduce | gloo (torch.distributed) | "
+              "blocking / MPI | waited / MPI | target (>= 64 KiB) |",
+              "|---|---|---|---|---|---|---|---|"]
 for size in sorted(comm):
-    ours, mpi = comm[size]
-    comm_lines.append(f"| {size:,} | {ours:.2f} | {mpi:.2f} | {gloo.get(size, float('nan')):.2f} | {ours / mpi:.2f}x | "
-                      f"{'>= 0.95x' if size >= 65536 else '-'} |")
+    blocking, waited, mpi = comm[size]
+    comm_lines.append(f"| {size:,} | {blocking:.2f} | {waited:.2f} | {mpi:.2f} | {gloo.get(size, float('nan')):.2f} | "
+                      f"{blocking / mpi:.2f}x | {waited / mpi:.2f}x | {'>= 0.95x' if size >= 65536 else '-'} |")
+# The loader: bench data's "case samples/s MB/s %-of-raw blocks" rows (the case has spaces).
+io_lines = ["", "I/O, MB/s (page cache warm for the loader; checkpoint: median of 3 alternating writes):", "",
+            "| case | hpctrain | reference | hpctrain / reference |", "|---|---|---|---|"]
+data = {}
+for l in open(f"{out}/bench-data.txt"):
+    f = l.split()
+    if l.startswith(("raw ", "loader ")):
+        data[" ".join(f[:-4])] = float(f[-3])
+raw = data["raw sequential read"]
+for case in ("loader first pass", "loader sequential, 1T", "loader shuffled, 1T", "loader shuffled, 2T"):
+    io_lines.append(f"| {case} (bench data) vs a raw read(2) of the shards | {data[case]:,.0f} | {raw:,.0f} | "
+                    f"{data[case] / raw:.2f}x |")
+writes = defaultdict(list)
+for l in open(f"{out}/ckpt-writes.tsv"):
+    program, size, seconds = l.split()
+    writes[program].append(int(size) / float(seconds) / 1e6)
+ckpt_mb = int(open(f"{out}/ckpt-writes.tsv").readline().split()[1]) / 1e6
+ours, dd = statistics.median(writes["hpctrain"]), statistics.median(writes["dd"])
+io_lines.append(f"| checkpoint write ({ckpt_mb:,.0f} MB, fsync, rename) vs `dd conv=fsync` | "
+                f"{ours:,.0f} ({min(writes['hpctrain']):,.0f}–{max(writes['hpctrain']):,.0f}) | "
+                f"{dd:,.0f} ({min(writes['dd']):,.0f}–{max(writes['dd']):,.0f}) | {ours / dd:.2f}x |")
 try:
     calls = dict(line.split() for line in open(f"{out}/file-calls.tsv"))
     lines.append(f"| file-system calls (strace %file) of a 2-step run, launcher included | {int(calls['hpctrain']):,} | "
                  f"{int(calls['pytorch']):,} | | {int(calls['hpctrain']) / int(calls['pytorch']):.2f}x | <= 0.25x |")
 except (OSError, KeyError, ValueError):
     lines.append("| file-system calls of a 2-step run | not measured (no strace) | | | | <= 0.25x |")
-lines += comm_lines
+lines += comm_lines + io_lines
 open(f"{out}/compare.md", "w").write("\n".join(lines) + "\n")
 with open(f"{out}/ratios.dat", "w") as f:
     for case, ratio in ratios:
