@@ -50,9 +50,9 @@ python=/usr/bin/python3  # Debian's, which has torch
 "$python" -c 'import torch.distributed as d; assert d.is_gloo_available()' ||
   { echo "compare.sh: $python has no torch with gloo (apt-get install python3-torch)" >&2; exit 2; }
 if [ $quick -eq 1 ]; then
-  pairs=${pairs:-3}; cnn_steps=60; cnn_warmup=20; gpt_steps=10; gpt_warmup=3; comm_iters=5; comm_rounds=5
+  pairs=${pairs:-3}; cnn_steps=48; cnn_warmup=16; gpt_steps=8; gpt_warmup=2; comm_iters=5; comm_rounds=3
 else
-  pairs=${pairs:-5}; cnn_steps=400; cnn_warmup=100; gpt_steps=80; gpt_warmup=20; comm_iters=20; comm_rounds=5
+  pairs=${pairs:-5}; cnn_steps=400; cnn_warmup=100; gpt_steps=60; gpt_warmup=15; comm_iters=20; comm_rounds=5
 fi
 [ "$pairs" -ge 3 ] || { echo "compare.sh: --pairs must be >= 3" >&2; exit 2; }
 
