@@ -21,8 +21,8 @@
 # warm), and a checkpoint write (a 305 MB gpt checkpoint, 1 rank, the time hpctrain logs for
 # writing, fsyncing and renaming it) against `dd ... conv=fsync` of as many bytes to a new file,
 # alternately, 3 times each, after a `sync`.
-# Writes DIR/compare.md (medians, min-max, ratios against the faster PyTorch setting) and
-# DIR/compare.png (gnuplot), and prints the table. --quick: 3 pairs of short runs (a few
+# Writes DIR/compare.md (medians, min-max, ratios against the faster PyTorch setting),
+# DIR/compare.png and DIR/busbw.png (gnuplot), and prints the tables. --quick: 3 pairs of short runs (a few
 # minutes); default: 5 pairs of longer runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -262,6 +262,9 @@ except (OSError, KeyError, ValueError):
     lines.append("| file-system calls of a 2-step run | not measured (no strace) | | | | <= 0.25x |")
 lines += comm_lines + io_lines
 open(f"{out}/compare.md", "w").write("\n".join(lines) + "\n")
+with open(f"{out}/busbw.dat", "w") as f:  # bytes, blocking, waited, MPI, gloo (GB/s)
+    for size in sorted(comm):
+        f.write(f"{size} {' '.join(str(v) for v in comm[size])} {gloo.get(size, float('nan'))}\n")
 with open(f"{out}/ratios.dat", "w") as f:
     for case, ratio in ratios:
         f.write(f"{case} {ratio}\n")
@@ -278,5 +281,15 @@ set yrange [0:*]
 set grid y
 set xtics noenhanced
 plot "$out/ratios.dat" using 0:2:xtic(1) with boxes notitle, 1 with lines dashtype 2 title "parity"
+set output "$out/busbw.png"
+set title "allreduce busbw, 2 ranks on one node (GB/s)"
+set style data linespoints
+set logscale x 2
+set format x "%.0b %BB"
+set xlabel "bytes"
+set key top left
+set xtics auto
+plot "$out/busbw.dat" using 1:2 title "hpctrain, blocking", "" using 1:3 title "hpctrain, waited", \
+     "" using 1:4 title "plain MPI_Allreduce", "" using 1:5 title "gloo (torch.distributed)"
 EOF
 fi

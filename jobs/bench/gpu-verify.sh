@@ -122,7 +122,7 @@ launch=(mpirun -np 1)
 command -v mpirun >/dev/null || launch=()
 # The largest size's row; with one rank nothing moves, so it shows the cost of a call.
 largest() { grep -E '^ +[0-9]+' "$out/$1.log" | tail -n 1 |
-            awk '{print $1" B: "$4" us, busbw "$6" GB/s; MPI_Allreduce "$8" us"}'; }
+            awk '{print $1" B: blocking "$4" us, busbw "$6" GB/s; waited "$8" us; MPI_Allreduce "$11" us"}'; }
 run_step bench_comm_nccl 90 "${launch[@]}" "$bin" bench comm --backend nccl --min-bytes 4KiB --max-bytes 256MiB
 record "bench comm nccl" "$status" "$seconds" "$(largest bench_comm_nccl)"
 run_step bench_comm_mpi 60 "${launch[@]}" "$bin" bench comm --backend mpi --min-bytes 4KiB --max-bytes 64MiB

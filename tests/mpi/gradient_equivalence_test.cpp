@@ -173,15 +173,17 @@ TEST(MpiCommunicator, ABlockingAllreduceRunsOnTheCallingThread) {
   at::Tensor values = torch::ones({4});
   if (comm->rank() == 0) {
     std::atomic<bool> done{false};
-    std::atomic<int> seen{-1};
+    std::atomic<bool> seen_in_collective{false};
     std::thread observer([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      if (!done.load()) seen = static_cast<int>(activity::now().kind);
+      while (!done.load() && !seen_in_collective.load()) {
+        seen_in_collective = activity::now().kind == activity::Kind::kInCollective;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
     });
     comm->allreduce_blocking(values, comm::ReduceOp::kSum);
     done = true;
     observer.join();
-    EXPECT_EQ(seen.load(), static_cast<int>(activity::Kind::kInCollective));
+    EXPECT_TRUE(seen_in_collective.load());
   } else {
     std::this_thread::sleep_for(std::chrono::milliseconds(600));
     comm->allreduce_blocking(values, comm::ReduceOp::kSum);
