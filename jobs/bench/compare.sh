@@ -161,7 +161,7 @@ echo "loader and checkpoint writes" >&2
 dd_write() {
   rm -f "$out/dd.bin"
   sync
-  dd if=/dev/zero of="$out/dd.bin" bs=1M count="$1" conv=fsync 2>&1 | awk '/copied/ { print $1, $(NF-3) }'
+  LC_ALL=C dd if=/dev/zero of="$out/dd.bin" bs=1M count="$1" conv=fsync 2>&1 | awk '/copied/ { print $1, $(NF-3) }'
   rm -f "$out/dd.bin"
 }
 : > "$out/ckpt-writes.tsv"  # program, bytes, seconds
@@ -173,8 +173,11 @@ for i in 1 2 3; do
     --model.gpt_layers=8 > "$out/last-ckpt.log" 2>&1 || { tail -n 5 "$out/last-ckpt.log" >&2; exit 1; }
   bytes=$(stat -c %s "$out"/runs/ckpt/checkpoints/ckpt-1.h5)
   seconds=$(sed -n 's/.*checkpoint .* written in \([0-9.]*\) s .*/\1/p' "$out/last-ckpt.log")
+  [ -n "$seconds" ] || { echo "compare.sh: no 'checkpoint ... written in' line in $out/last-ckpt.log" >&2; exit 1; }
   printf 'hpctrain\t%s\t%s\n' "$bytes" "$seconds" >> "$out/ckpt-writes.tsv"
-  read -r dd_bytes dd_seconds < <(dd_write $(((bytes + 1048575) / 1048576)))
+  dd_result=$(dd_write $(((bytes + 1048575) / 1048576))) || true
+  [ -n "$dd_result" ] || { echo "compare.sh: dd could not write $((bytes >> 20)) MiB to $out (disk full?)" >&2; exit 1; }
+  read -r dd_bytes dd_seconds <<< "$dd_result"
   printf 'dd\t%s\t%s\n' "$dd_bytes" "$dd_seconds" >> "$out/ckpt-writes.tsv"
 done
 rm -rf "$out/runs/ckpt"

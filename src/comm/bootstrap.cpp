@@ -84,6 +84,8 @@ void Bootstrap::watch_ranks(double timeout_s) {
   impl_->watch = std::make_unique<RankWatch>(impl_->world, topology_, timeout_s);
 }
 
+bool Bootstrap::watching_ranks() const { return impl_->watch != nullptr; }
+
 void Bootstrap::barrier() const {
   activity::count_collective();
   HT_MPI_CHECK(MPI_Barrier(impl_->world));

@@ -203,7 +203,7 @@ MpiCommunicator::MpiCommunicator(Bootstrap& bootstrap, double timeout_s)
   HT_MPI_CHECK(MPI_Comm_rank(state_->comm, &rank_));
   HT_MPI_CHECK(MPI_Comm_size(state_->comm, &size_));
   // Note [Blocking collectives]: a 1-rank collective cannot hang.
-  state_->watched = bootstrap.impl().watch != nullptr || size_ == 1;
+  state_->watched = bootstrap.watching_ranks() || size_ == 1;
   SixteenBit& sixteen = state_->sixteen;
   HT_MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &sixteen.type));
   HT_MPI_CHECK(MPI_Type_commit(&sixteen.type));
@@ -274,7 +274,10 @@ std::unique_ptr<Work> MpiCommunicator::allreduce(at::Tensor& tensor, ReduceOp op
 // collective runs on its own thread. A blocking MPI call cannot time out, so this is done only
 // where the rank watch runs, which ends the job (exit 5) when this thread has been in the
 // collective for the timeout (activity kInCollective); otherwise, and when collectives are
-// queued (they must run first, in order), it goes through the worker as allreduce() does.
+// queued (they must run first, in order), it goes through the worker as allreduce() does. The
+// watch's own thread makes MPI calls while this one is blocked: that needs an MPI whose
+// MPI_THREAD_MULTIPLE lets other threads progress meanwhile, as Open MPI's does
+// (RankFailureEndToEnd.ABlockingCollectiveARankNeverJoinsEndsTheJob).
 void MpiCommunicator::allreduce_blocking(at::Tensor& tensor, ReduceOp op) {
   check_tensor(tensor, "allreduce");
   if (!on_host(tensor) || !state_->claim_when_idle()) {

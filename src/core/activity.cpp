@@ -40,7 +40,7 @@ constexpr const char* kDescriptions[] = {"starting up",
 constexpr size_t kKinds = std::size(kNames);
 static_assert(kKinds == static_cast<size_t>(Kind::kFinishing) + 1 && std::size(kDescriptions) == kKinds);
 
-// Set once before training; read by the watch's thread.
+// Set before training (and a blocking collective's at each one); read by the watch's thread.
 std::atomic<double> g_limit_s[kKinds] = {};
 std::atomic<const char*> g_limit_option[kKinds] = {};
 

@@ -50,6 +50,8 @@ class Bootstrap {
   // with exit code 5, named. Nothing with one rank, or where MPI gives no MPI_THREAD_MULTIPLE (a
   // warning says so).
   void watch_ranks(double timeout_s);
+  // True once watch_ranks() has started a watch.
+  bool watching_ranks() const;
 
   // Ends every process of the job with `exit_code` (MPI_Abort while MPI runs); never returns.
   [[noreturn]] static void abort_job(int exit_code);

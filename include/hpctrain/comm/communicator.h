@@ -36,9 +36,10 @@ class Communicator {
   virtual std::unique_ptr<Work> allreduce(at::Tensor& tensor, ReduceOp op) = 0;
   virtual std::unique_ptr<Work> broadcast(at::Tensor& tensor, int root) = 0;
   // allreduce(tensor, op)->wait() for a caller that would wait at once. The MPI communicator runs
-  // it on the calling thread when no collective is queued, saving the hand-off to its worker and
-  // back (Note [Blocking collectives] in mpi_communicator.cpp); there, a collective that does not
-  // complete within the timeout ends the job through the rank watch instead of throwing.
+  // it on the calling thread when no collective is queued and a rank watch runs, saving the
+  // hand-off to its worker and back (Note [Blocking collectives] in mpi_communicator.cpp); run
+  // there, a collective that does not complete within the timeout ends the job (exit 5) through
+  // the rank watch; queued, it throws CommError from the wait, as allreduce's does.
   virtual void allreduce_blocking(at::Tensor& tensor, ReduceOp op) { allreduce(tensor, op)->wait(); }
   // `output` (size() x input.numel() elements) receives every rank's `input`, in rank order.
   virtual std::unique_ptr<Work> allgather(const at::Tensor& input, at::Tensor& output) = 0;
