@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
-#include <vector>
 #include <memory>
+#include <vector>
 
 #include "bench.h"
 #include "hpctrain/comm/bootstrap.h"

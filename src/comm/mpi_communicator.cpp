@@ -279,15 +279,15 @@ std::unique_ptr<Work> MpiCommunicator::allreduce(at::Tensor& tensor, ReduceOp op
 // MPI_THREAD_MULTIPLE lets other threads progress meanwhile, as Open MPI's does
 // (RankFailureEndToEnd.ABlockingCollectiveARankNeverJoinsEndsTheJob).
 void MpiCommunicator::allreduce_blocking(at::Tensor& tensor, ReduceOp op) {
-  check_tensor(tensor, "allreduce");
   if (!on_host(tensor) || !state_->claim_when_idle()) {
-    allreduce(tensor, op)->wait();
+    allreduce(tensor, op)->wait();  // which checks the tensor
     return;
   }
   struct Release {
     State& state;
     ~Release() { state.release(); }
   } release{*state_};
+  check_tensor(tensor, "allreduce");
   activity::count_collective();  // as submit() does: the rank watch compares the counts
   activity::set_limit(activity::Kind::kInCollective, state_->timeout_s, "dist.timeout_s");
   const activity::Scope in_collective(activity::Kind::kInCollective);
