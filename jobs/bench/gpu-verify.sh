@@ -214,6 +214,16 @@ for precision in fp32 bf16 fp16; do
     --train.precision="$precision" --train.max_steps=300
   result="$(steady_rate "$out/run-gpt-$precision/metrics.jsonl" tokens_per_s) tokens/s, test_ppl $(last_ppl "$out/run-gpt-$precision/metrics.jsonl")"
   [ "$precision" = fp16 ] && result="$result, loss scale $(last_value "$out/run-gpt-fp16/metrics.jsonl" loss_scale), $(last_value "$out/run-gpt-fp16/metrics.jsonl" skipped_steps) skipped"
+  # Every CUDA run reports its GPU's memory in use; bf16 and fp16 on a GPU of hpctrain's peak
+  # table also their MFU (train.peak_tflops).
+  mfu=$(last_value "$out/run-gpt-$precision/metrics.jsonl" mfu)
+  gpu_mem=$(last_value "$out/run-gpt-$precision/metrics.jsonl" gpu_mem_mb)
+  result="$result, MFU $mfu, GPU memory $gpu_mem MB, $(last_value "$out/run-gpt-$precision/metrics.jsonl" model_tflops) model TFLOP/s"
+  [ "$status" = PASS ] && [ "$gpu_mem" = none ] && status=FAIL
+  if [ "$status" = PASS ] && [ "$precision" != fp32 ] && [ "$mfu" = none ] &&
+     nvidia-smi --query-gpu=name --format=csv,noheader | grep -qE 'A100|H100|H200|B200'; then
+    status=FAIL
+  fi
   record "train gpt gpu $precision" "$status" "$seconds" "$result"
 done
 # fp16 resumed from its checkpoint at step 300 for 50 more steps: the loss scaler's count of skipped

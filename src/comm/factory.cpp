@@ -72,6 +72,40 @@ std::string gpu_bus_id([[maybe_unused]] int device) {
 #endif
 }
 
+std::string gpu_name([[maybe_unused]] int device) {
+#if HT_WITH_NCCL
+  cudaDeviceProp properties{};
+  if (cudaGetDeviceProperties(&properties, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return properties.name;
+#else
+  return "";
+#endif
+}
+
+std::int64_t gpu_memory_in_use_bytes([[maybe_unused]] int device) {
+#if HT_WITH_NCCL
+  int current = 0;
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  // cudaMemGetInfo reports on the thread's current device.
+  if (cudaGetDevice(&current) != cudaSuccess) return -1;
+  const bool other = current != device;
+  const bool ok = (!other || cudaSetDevice(device) == cudaSuccess) &&
+                  cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess;
+  if (other) cudaSetDevice(current);
+  if (!ok) {
+    cudaGetLastError();
+    return -1;
+  }
+  return static_cast<std::int64_t>(total_bytes - free_bytes);
+#else
+  return -1;
+#endif
+}
+
 void validate_backend(const std::string& backend, bool cuda) { resolve_backend(backend, cuda); }
 
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, Bootstrap& bootstrap,

@@ -359,6 +359,12 @@ std::vector<Option> build_table() {
           "More skipped steps than this in a row stop the run as train.nonfinite=abort does, "
           "naming the step, the first non-finite gradient and the ranks whose loss was not finite.",
           at_least<I>(0)),
+      row("train.peak_tflops", &C::train, &TrainConfig::peak_tflops, "0",
+          "Peak TFLOP/s of one device in the training precision, against which the metrics' mfu "
+          "(model FLOP utilization) is measured: model_tflops / (world size x this). 0: the dense "
+          "bf16/fp16 tensor-core peak of a known GPU (A100, H100, H200, GH200, B200) when training "
+          "in bf16 or fp16; otherwise no mfu (an fp32 peak depends on TF32, a CPU's on its cores).",
+          at_least(0.0)),
       row("train.label_smoothing", &C::train, &TrainConfig::label_smoothing, "0",
           "Label smoothing of the training loss (cross-entropy against (1-e) one-hot + e/classes).",
           in_unit_interval()),

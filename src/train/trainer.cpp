@@ -8,6 +8,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <iterator>
 
 #include "hpctrain/ckpt/checkpoint.h"
 #include "hpctrain/comm/bootstrap.h"
@@ -26,12 +27,14 @@
 #include "hpctrain/data/token_windows.h"
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/model/batch_norm.h"
+#include "hpctrain/model/flops.h"
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/device.h"
 #include "hpctrain/train/global_batch.h"
 #include "hpctrain/train/loss_scaler.h"
 #include "hpctrain/train/lr_schedule.h"
 #include "hpctrain/train/metrics_writer.h"
+#include "hpctrain/train/mfu.h"
 #include "hpctrain/train/nonfinite.h"
 #include "hpctrain/train/optimizer.h"
 #include "hpctrain/train/resume_policy.h"
@@ -80,6 +83,17 @@ std::string commit_checkpoint(const std::string& dir, const ckpt::Checkpoint& ch
   return path;
 }
 
+// "8.48 M", "1.21 G": a FLOP count for the log.
+std::string flop_text(double flops) {
+  const char* const prefixes[] = {"", "k", "M", "G", "T", "P"};
+  size_t i = 0;
+  while (flops >= 1000 && i + 1 < std::size(prefixes)) {
+    flops /= 1000;
+    ++i;
+  }
+  return fmt::format("{:.3g} {}", flops, prefixes[i]);
+}
+
 // Which samples (or token windows) each step of an epoch takes: the DistributedSampler of a
 // sample split or the TokenWindowSampler of a token stream; both count one global cursor.
 struct EpochPlan {
@@ -120,6 +134,8 @@ struct Trainer::State {
   std::int64_t accum = 1;     // micro-batches per optimizer step (train.global_batch or accum_steps)
   double peak_lr = 0.0;       // optim.lr scaled for the global batch (optim.lr_scaling)
   std::optional<double> grad_norm;  // of the last step's averaged gradients, when computed
+  std::optional<double> training_flops;  // per sample (model/flops.h), once counted
+  std::optional<PeakFlops> peak_flops;   // one device's, for MFU (train.peak_tflops)
   std::optional<LossScaler> loss_scaler;  // train.loss_scale (on by default with fp16)
   SkippedSteps skipped;                   // train.nonfinite, train.max_skipped
   std::int64_t step = 0;         // optimizer steps taken
@@ -184,6 +200,29 @@ struct Trainer::State {
     metrics.write({{"step", step},
                    {"first_step_s", age_s},
                    {"unix_time", std::chrono::duration<double>(now).count()}});
+  }
+
+  // The model's FLOPs per sample, counted on a forward pass over two zero samples, for the metrics'
+  // model_tflops and mfu. A model whose count fails still trains; the metrics leave them out.
+  void count_model_flops() {
+    const std::vector<std::int64_t> shape = setup.train_split ? setup.train_split->sample_shape()
+                                                              : std::vector<std::int64_t>{setup.train_tokens->block_size()};
+    std::vector<std::int64_t> batch{2};
+    batch.insert(batch.end(), shape.begin(), shape.end());
+    const at::Tensor input = at::zeros(batch, at::TensorOptions(device).dtype(setup.train_split ? at::kFloat : at::kLong));
+    try {
+      training_flops = model::training_flops_per_sample(model::forward_flops_per_sample(net(), input));
+    } catch (const std::exception& e) {
+      log::warn("the model's FLOPs could not be counted ({}); the metrics leave out model_tflops and mfu", e.what());
+      return;
+    }
+    const std::string gpu = device.is_cuda() ? comm::gpu_name(device.index()) : "";
+    peak_flops = resolve_peak_flops(config().train.peak_tflops, gpu, config().train.precision);
+    const std::string unit = setup.language_model() ? "window" : "sample";
+    log::info("model arithmetic: {}FLOP per {} forward, {}FLOP per {} trained (3x forward); MFU {}",
+              flop_text(*training_flops / 3), unit, flop_text(*training_flops), unit,
+              peak_flops ? fmt::format("against {:g} TFLOP/s per device ({})", peak_flops->tflops, peak_flops->source)
+                         : std::string("not measured: set train.peak_tflops to one device's peak"));
   }
 
   // dist.check_replicas_every: every replica must hold rank 0's parameters, bit for bit.
@@ -363,6 +402,7 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
             s.config().model.name, count, parameters.size(),
             frozen > 0 ? fmt::format(" ({} frozen tensors besides)", frozen) : "", s.buffers.size(), s.device.str(),
             s.comm->backend(), s.comm->size());
+  s.count_model_flops();
 }
 
 Trainer::~Trainer() = default;
@@ -577,8 +617,12 @@ void Trainer::State::log_progress(std::int64_t epoch, std::int64_t step_in_epoch
   const double eta_s = static_cast<double>(std::max<std::int64_t>(0, steps_left)) * per_step.step_ms / 1e3;
   // A language model's samples are windows of gpt_block_size tokens, each token a prediction.
   const double tokens_per_s = setup.language_model() ? samples_per_s * static_cast<double>(config().model.gpt_block_size) : 0;
-  const std::string rate = setup.language_model() ? fmt::format("{:.0f} tokens/s", tokens_per_s)
-                                                  : fmt::format("{:.0f} samples/s", samples_per_s);
+  std::string rate = setup.language_model() ? fmt::format("{:.0f} tokens/s", tokens_per_s)
+                                            : fmt::format("{:.0f} samples/s", samples_per_s);
+  const double tflops = training_flops ? model_tflops(samples_per_s, *training_flops) : 0.0;
+  const bool with_mfu = training_flops && peak_flops;
+  const double utilization = with_mfu ? mfu(tflops, comm->size(), peak_flops->tflops) : 0.0;
+  if (with_mfu) rate += fmt::format(" (MFU {:.1f} %)", 100 * utilization);
   // No norm after a skipped step: its gradients were not finite.
   const std::string norm = grad_norm ? fmt::format("{:.3g}", *grad_norm) : std::string("-");
   log::info("epoch {} step {} ({}/{}) loss {:.4f} lr {:.3g} grad_norm {} {}, {:.1f} ms/step "
@@ -598,6 +642,12 @@ void Trainer::State::log_progress(std::int64_t epoch, std::int64_t step_in_epoch
   if (std::isfinite(mean_loss)) record["loss"] = mean_loss;
   if (grad_norm) record["grad_norm"] = *grad_norm;
   if (setup.language_model()) record["tokens_per_s"] = tokens_per_s;
+  if (training_flops) record["model_tflops"] = tflops;
+  if (with_mfu) record["mfu"] = utilization;
+  if (device.is_cuda()) {
+    const std::int64_t in_use = comm::gpu_memory_in_use_bytes(device.index());
+    if (in_use >= 0) record["gpu_mem_mb"] = static_cast<double>(in_use) / (1 << 20);
+  }
   if (loss_scaler) record["loss_scale"] = loss_scaler->scale();
   record["skipped_steps"] = skipped.total();
   metrics.write(record);

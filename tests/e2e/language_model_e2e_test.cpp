@@ -77,6 +77,9 @@ TEST_F(LanguageModelEndToEnd, TrainsWithTokensPerSecondAndPerplexityAndEvaluates
       ASSERT_TRUE(record.contains("tokens_per_s")) << record.dump();
       EXPECT_NEAR(record["tokens_per_s"].get<double>(), 32 * record["samples_per_s"].get<double>(),
                   1e-6 * record["tokens_per_s"].get<double>());
+      // Counted, but no MFU on a CPU unless train.peak_tflops is set.
+      EXPECT_GT(record.value("model_tflops", 0.0), 0.0) << record.dump();
+      EXPECT_FALSE(record.contains("mfu")) << record.dump();
       losses.push_back(record["loss"].get<double>());
     }
     if (record.contains("test_ppl")) eval = record;

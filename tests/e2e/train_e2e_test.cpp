@@ -113,7 +113,8 @@ TEST_F(TrainEndToEnd, TwoRanksTrainWriteMetricsAndACheckpointThatEvaluates) {
   const std::string run = work_ + "/run";
   const ProcessResult r = run_command(
       mpirun(2) + kBin + " train --config " + kSource + "/configs/fashion_cnn.ini --data.path=" +
-      data_ + " --run.dir=" + run + " --train.epochs=2 --train.max_steps=40 --log.every_steps=5 --train.threads=1");
+      data_ + " --run.dir=" + run + " --train.epochs=2 --train.max_steps=40 --log.every_steps=5 --train.threads=1" +
+      " --train.peak_tflops=0.002");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
 
   // Progress lines come from rank 0 only.
@@ -121,6 +122,11 @@ TEST_F(TrainEndToEnd, TwoRanksTrainWriteMetricsAndACheckpointThatEvaluates) {
   // 3000 samples / 2 ranks / 64 = 24 steps an epoch: records at 5 10 15 20 24 | 25 30 35 40.
   EXPECT_EQ(count_lines_with(r.err, "samples/s"), 9) << r.err;
   EXPECT_EQ(count_lines_with(r.err, "ms/step (data "), 9) << r.err;
+  EXPECT_EQ(count_lines_with(r.err, "samples/s (MFU "), 9) << r.err;
+  EXPECT_EQ(count_lines_with(r.err, "model arithmetic: 8.48 MFLOP per sample forward, 25.4 MFLOP per sample "
+                                    "trained (3x forward); MFU against 0.002 TFLOP/s per device (train.peak_tflops)"),
+            1)
+      << r.err;
   const std::string last_line = r.err.substr(r.err.find("step 40 (16/24) "));
   EXPECT_NE(last_line.substr(0, last_line.find('\n')).find(", ETA 0s"), std::string::npos) << r.err;  // done
 
@@ -143,6 +149,13 @@ TEST_F(TrainEndToEnd, TwoRanksTrainWriteMetricsAndACheckpointThatEvaluates) {
       EXPECT_NEAR(rec["data_ms"].get<double>() + rec["comm_ms"].get<double>() + rec["compute_ms"].get<double>(),
                   step_ms, 1e-6 * step_ms) << rec.dump();
       EXPECT_GT(rec["peak_rss_mb"].get<double>(), 10.0) << rec.dump();
+      // fashion_cnn's forward takes 8,482,304 FLOPs a sample (model/flops_test.cpp), its training 3x
+      // that; MFU against 2 ranks x train.peak_tflops.
+      ASSERT_TRUE(rec.contains("model_tflops") && rec.contains("mfu")) << rec.dump();
+      const double tflops = rec["model_tflops"].get<double>();
+      EXPECT_NEAR(tflops, rec["samples_per_s"].get<double>() * 3 * 8482304 / 1e12, 1e-9 * tflops) << rec.dump();
+      EXPECT_NEAR(rec["mfu"].get<double>(), tflops / (2 * 0.002), 1e-9) << rec.dump();
+      EXPECT_FALSE(rec.contains("gpu_mem_mb")) << rec.dump();
       // ETA: the steps left to max_steps at this interval's pace.
       EXPECT_NEAR(rec["eta_s"].get<double>(), (40 - rec["step"].get<double>()) * step_ms / 1e3, 1e-9)
           << rec.dump();

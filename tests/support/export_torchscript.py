@@ -6,6 +6,10 @@
       torch.jit.save(torch.jit.script(model)); --freeze sets requires_grad=False on the
       parameters whose names start with PREFIX; --tied writes a module with one weight shared
       by two layers instead
+  export_torchscript.py OUT.pt --language-model VOCAB --block T
+      a small causal language model instead (token and position embeddings, one block of
+      causal self-attention, a linear head): token ids [B, T] -> next-token logits [B, T, VOCAB],
+      for a token stream from `hpctrain prepare text` with model.gpt_block_size=T
   export_torchscript.py --check-state-dict FILE --source IDX_DIR --manifest DATASET/manifest.json [--limit N]
       loads a state_dict written by `hpctrain ckpt export` into the same model (strict: every
       name and shape must match) and prints its loss and accuracy on the first N test images
@@ -48,6 +52,24 @@ class Tied(nn.Module):
         return self.second(torch.relu(self.first(self.embed(torch.flatten(x, 1)))))
 
 
+class TinyLm(nn.Module):
+    def __init__(self, vocab: int, block: int, embd: int = 32):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, embd)
+        self.positions = nn.Embedding(block, embd)
+        self.norm = nn.LayerNorm(embd)
+        self.attention = nn.MultiheadAttention(embd, 2, dropout=0.1, batch_first=True)
+        self.head = nn.Linear(embd, vocab)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = x.size(1)
+        h = self.tokens(x) + self.positions(torch.arange(t, device=x.device))
+        causal = torch.triu(torch.full((t, t), float("-inf"), device=x.device), diagonal=1)
+        q = self.norm(h)
+        a, _ = self.attention(q, q, q, attn_mask=causal, need_weights=False)
+        return self.head(h + a)
+
+
 def read_idx(path: str) -> np.ndarray:
     data = gzip.open(path, "rb").read()
     ndim = data[3]
@@ -78,6 +100,8 @@ def main() -> None:
     parser.add_argument("--channels", type=int, default=1)
     parser.add_argument("--freeze", default="")
     parser.add_argument("--tied", action="store_true")
+    parser.add_argument("--language-model", type=int, default=0, metavar="VOCAB")
+    parser.add_argument("--block", type=int, default=32)
     parser.add_argument("--check-state-dict")
     parser.add_argument("--source")
     parser.add_argument("--manifest")
@@ -87,7 +111,10 @@ def main() -> None:
     if args.check_state_dict:
         check_state_dict(args)
         return
-    model = Tied() if args.tied else SmallCnn(args.classes, args.channels)
+    if args.language_model:
+        model = TinyLm(args.language_model, args.block)
+    else:
+        model = Tied() if args.tied else SmallCnn(args.classes, args.channels)
     for name, parameter in model.named_parameters():
         if args.freeze and name.startswith(args.freeze):
             parameter.requires_grad_(False)

@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,5 +71,12 @@ std::string nccl_version();
 // The PCI bus id of CUDA device `device` ("0000:3b:00.0"): which physical GPU it is, whatever
 // CUDA_VISIBLE_DEVICES or a cgroup renumbered. "" in a build without CUDA + NCCL, or on error.
 std::string gpu_bus_id(int device);
+
+// The CUDA runtime's name of device `device` ("NVIDIA H100 80GB HBM3"); "" as gpu_bus_id.
+std::string gpu_name(int device);
+
+// Memory in use on device `device` as the driver counts it (total - free, nvidia-smi's figure:
+// libtorch's cached blocks and every process's allocations included); -1 as gpu_bus_id.
+std::int64_t gpu_memory_in_use_bytes(int device);
 
 }  // namespace hpctrain::comm

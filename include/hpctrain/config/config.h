@@ -74,6 +74,7 @@ struct TrainConfig {
   double loss_scale_init = 65536.0;
   std::string nonfinite;  // skip | abort: a step whose gradients hold inf or NaN
   std::int64_t max_skipped = 20;  // skipped steps in a row before the run stops
+  double peak_tflops = 0.0;  // one device's peak, for MFU; 0: a known GPU's, or none
   bool shuffle = true;
   bool drop_last = false;
 };
