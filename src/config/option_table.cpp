@@ -231,8 +231,9 @@ std::vector<Option> build_table() {
       row("model.path", &C::model, &ModelConfig::path, "",
           "TorchScript file (torch.jit.save of torch.jit.script(module)) that model.name=torchscript "
           "trains; its forward maps a batch [B, ...sample shape] of normalized float inputs to logits "
-          "[B, classes]. A traced module trains too, but keeps the train or eval behaviour it was "
-          "traced in (dropout, BatchNorm)."),
+          "[B, classes], or, on a token stream, windows of int64 token ids [B, T] "
+          "(T = model.gpt_block_size) to next-token logits [B, T, vocab]. A traced module trains too, "
+          "but keeps the train or eval behaviour it was traced in (dropout, BatchNorm)."),
       row("model.mlp_hidden", &C::model, &ModelConfig::mlp_hidden, "512,256",
           "Hidden layer widths of the mlp model.", int_list()),
       row("model.dropout", &C::model, &ModelConfig::dropout, "0.25",
@@ -252,7 +253,8 @@ std::vector<Option> build_table() {
       row("model.gpt_embd", &C::model, &ModelConfig::gpt_embd, "128",
           "Width of the gpt model's residual stream (n_embd).", at_least<I>(1)),
       row("model.gpt_block_size", &C::model, &ModelConfig::gpt_block_size, "128",
-          "Context length of the gpt model: tokens per training window.", at_least<I>(1)),
+          "Context length of the gpt model (and of a TorchScript language model): tokens per "
+          "training window.", at_least<I>(1)),
 
       row("optim.name", &C::optim, &OptimConfig::name, "adamw", "Optimizer.",
           one_of({"adamw", "sgd"})),

@@ -141,17 +141,24 @@ std::shared_ptr<Model> make_torchscript(const config::ModelConfig& config, const
   for (const auto& b : module->buffers()) saved.push_back(b.clone());
   std::vector<std::int64_t> batch_shape{2};
   batch_shape.insert(batch_shape.end(), spec.input_shape.begin(), spec.input_shape.end());
-  const std::string expected = "logits [2, " + std::to_string(spec.num_classes) + "] for a batch " +
-                               c10::str(at::IntArrayRef(batch_shape)) + " of normalized float samples";
+  // A classifier maps normalized float samples to logits [B, classes]; a language model maps
+  // windows of token ids [B, T] to next-token logits [B, T, vocab].
+  std::vector<std::int64_t> output_shape{2};
+  if (spec.token_ids) output_shape.push_back(spec.input_shape.front());
+  output_shape.push_back(spec.num_classes);
+  const std::string what = spec.token_ids ? " int64 token ids" : " normalized float samples";
+  const std::string expected = "logits " + c10::str(at::IntArrayRef(output_shape)) + " for a batch " +
+                               c10::str(at::IntArrayRef(batch_shape)) + " of" + what;
+  const at::Tensor zeros = torch::zeros(batch_shape, spec.token_ids ? at::kLong : at::kFloat);
   module->eval();
   torch::jit::IValue result;
   {
     const torch::NoGradGuard no_grad;
     try {
-      result = module->call(torch::zeros(batch_shape));
+      result = module->call(zeros);
     } catch (const std::exception& e) {
       throw ConfigError("model.path=" + path + ": forward fails on " + c10::str(at::IntArrayRef(batch_shape)) +
-                        " samples (" + reason(e) + "); it must return " + expected);
+                        (spec.token_ids ? " token ids (" : " samples (") + reason(e) + "); it must return " + expected);
     }
     size_t i = 0;
     for (auto& b : module->buffers()) b.copy_(saved[i++]);
@@ -161,9 +168,10 @@ std::shared_ptr<Model> make_torchscript(const config::ModelConfig& config, const
     throw ConfigError("model.path=" + path + ": forward returns a " + result.tagKind() + "; it must return " + expected);
   }
   const at::Tensor out = result.toTensor();
-  if (out.dim() != 2 || out.size(0) != 2 || out.size(1) != spec.num_classes) {
+  if (out.sizes() != at::IntArrayRef(output_shape)) {
     throw ConfigError("model.path=" + path + ": forward returns " + c10::str(out.sizes()) + "; it must return " +
-                      expected + " (the dataset has " + std::to_string(spec.num_classes) + " classes)");
+                      expected + " (the dataset has " + std::to_string(spec.num_classes) +
+                      (spec.token_ids ? " tokens in its vocabulary" : " classes") + ")");
   }
   return std::make_shared<TorchScriptModel>(std::move(module), path);
 }

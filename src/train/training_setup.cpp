@@ -25,8 +25,10 @@ int configure_threads(const config::TrainConfig& train) {
 
 namespace {
 
-// The gpt model learns from a token stream; every other model from samples with labels.
+// The gpt model learns from a token stream; a TorchScript module from either (its dry-run forward
+// checks that it fits); every other model from samples with labels.
 void check_model_fits_dataset(const config::Config& config, const data::Manifest& manifest, bool token_stream) {
+  if (config.model.name == "torchscript") return;
   const bool language_model = config.model.name == "gpt";
   if (language_model && !token_stream) {
     const data::FieldSpec& field = manifest.fields.front();
@@ -36,8 +38,9 @@ void check_model_fits_dataset(const config::Config& config, const data::Manifest
                       "resnet) or a token-stream dataset");
   }
   if (!language_model && token_stream) {
-    throw ConfigError("dataset " + config.data.path + " is a token stream, which only model.name=gpt learns "
-                      "from; model.name=" + config.model.name + " classifies samples");
+    throw ConfigError("dataset " + config.data.path + " is a token stream, which only model.name=gpt and "
+                      "model.name=torchscript (a scripted language model) learn from; model.name=" +
+                      config.model.name + " classifies samples");
   }
 }
 
@@ -126,7 +129,7 @@ TrainingSetup prepare_training(const config::Config& config, bool need_train_spl
     }
     HT_CHECK(setup.train_tokens || setup.eval_tokens, "nothing to load: no train split and no eval split");
     // The vocabulary is the manifest's num_classes (256 for `prepare text`'s bytes).
-    setup.model = model::make_model(config.model, {{config.model.gpt_block_size}, manifest.num_classes});
+    setup.model = model::make_model(config.model, {{config.model.gpt_block_size}, manifest.num_classes, true});
     return setup;
   }
   if (need_train_split) setup.train_split = data::Split::load(config.data.path, config.data.train_split, cache_bytes);

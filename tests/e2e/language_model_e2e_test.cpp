@@ -38,6 +38,13 @@ class LanguageModelEndToEnd : public ::testing::Test {
     tokens_ = work_ + "/tokens";
     const ProcessResult r = run_command(kBin + " prepare text --source " + text + " --out " + tokens_ + " --shards 2");
     ASSERT_EQ(r.exit_code, 0) << r.err;
+    // Language models scripted in PyTorch: one for this vocabulary (256 bytes), one for another.
+    for (const auto& [file, vocab] : {std::pair<const char*, int>{"scripted-lm.pt", 256}, {"scripted-lm-100.pt", 100}}) {
+      const ProcessResult exported = run_command("/usr/bin/python3 " + kSource + "/tests/support/export_torchscript.py " +
+                                                 work_ + "/" + file + " --language-model " + std::to_string(vocab) +
+                                                 " --block 32");
+      ASSERT_EQ(exported.exit_code, 0) << exported.out << exported.err;
+    }
   }
   static void TearDownTestSuite() { hpctrain::sys::remove_tree(work_); }
 
@@ -139,6 +146,42 @@ TEST_F(LanguageModelEndToEnd, StoppedAndResumedEqualsUninterruptedAndContinuesOn
   EXPECT_EQ(ckpt::CheckpointReader(work_ + "/wider/checkpoints/ckpt-24.h5").meta().cursor, 160 + 14 * 24);
 }
 
+// A language model scripted in PyTorch (tests/support/export_torchscript.py --language-model)
+// trains on the token stream like gpt: tokens/s, a falling loss and perplexity; a stop and resume
+// ends bit-identical; `hpctrain eval` reproduces its held-out loss on 3 ranks.
+TEST_F(LanguageModelEndToEnd, AScriptedLanguageModelTrainsResumesAndEvaluates) {
+  const std::string scripted = " --model.name=torchscript --model.path=" + work_ + "/scripted-lm.pt";
+  const ProcessResult whole = run_command(train(2, "scripted", "--train.max_steps=20" + scripted));
+  ASSERT_EQ(whole.exit_code, 0) << whole.out << whole.err;
+  EXPECT_EQ(count_lines_with(whole.err, "tokens/s, "), 4) << whole.err;
+  std::vector<double> losses;
+  std::optional<json> eval;
+  for (const json& record : metrics("scripted")) {
+    if (record.contains("loss")) losses.push_back(record["loss"].get<double>());
+    if (record.contains("test_ppl")) eval = record;
+  }
+  ASSERT_EQ(losses.size(), 4u);
+  EXPECT_LT(losses.back(), losses.front() - 0.5) << "the loss did not fall";
+  ASSERT_TRUE(eval.has_value());
+  EXPECT_NEAR((*eval)["test_ppl"].get<double>(), std::exp((*eval)["test_loss"].get<double>()), 1e-9);
+
+  ASSERT_EQ(run_command(train(2, "scripted-split", "--train.max_steps=10" + scripted)).exit_code, 0);
+  const ProcessResult resumed = run_command(train(2, "scripted-split", "--train.max_steps=20" + scripted));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(count_lines_with(resumed.err, "resumed from "), 1) << resumed.err;
+  expect_same_tensors(work_ + "/scripted/checkpoints/ckpt-20.h5", work_ + "/scripted-split/checkpoints/ckpt-20.h5",
+                      {"model", "optim"});
+
+  std::ostringstream expected;
+  expected << std::fixed;
+  expected.precision(4);
+  expected << "test_loss " << (*eval)["test_loss"].get<double>() << ", test_ppl ";
+  const ProcessResult e = run_command(mpirun(3) + kBin + " eval --checkpoint " + work_ +
+                                      "/scripted/checkpoints/ckpt-20.h5 --config " + work_ + "/scripted/config.ini");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  EXPECT_NE(e.err.find(expected.str()), std::string::npos) << "expected '" << expected.str() << "' in\n" << e.err;
+}
+
 TEST_F(LanguageModelEndToEnd, AModelAndDatasetThatDoNotFitAreRefusedInOneLine) {
   const std::string samples = work_ + "/fashion";
   ASSERT_EQ(run_command(kBin + " prepare fashion-mnist --source /usr/share/datasets/fashion-mnist --out " + samples +
@@ -154,13 +197,17 @@ TEST_F(LanguageModelEndToEnd, AModelAndDatasetThatDoNotFitAreRefusedInOneLine) {
   refused(kBin + " train --data.path=" + samples + " --model.name=gpt --run.dir=" + work_ + "/r1", 2,
           "model.name=gpt learns from a token stream");
   refused(kBin + " train --data.path=" + tokens_ + " --data.eval_split=val --run.dir=" + work_ + "/r2", 2,
-          "is a token stream, which only model.name=gpt learns from");
+          "is a token stream, which only model.name=gpt and model.name=torchscript");
   refused(kBin + " train --data.path=" + tokens_ + " --data.eval_split=val --model.name=gpt --data.random_flip=true" +
               " --run.dir=" + work_ + "/r3",
           2, "data.random_crop and data.random_flip augment images");
   refused(kBin + " train --data.path=" + tokens_ + " --data.eval_split=val --model.name=gpt" +
               " --model.gpt_block_size=100000 --run.dir=" + work_ + "/r4",
           3, "lower model.gpt_block_size");
+  refused(kBin + " train --data.path=" + tokens_ + " --data.eval_split=val --model.name=torchscript --model.path=" +
+              work_ + "/scripted-lm-100.pt --model.gpt_block_size=32 --run.dir=" + work_ + "/r5",
+          2, "forward returns [2, 32, 100]; it must return logits [2, 32, 256] for a batch [2, 32] of int64 token ids "
+             "(the dataset has 256 tokens in its vocabulary)");
   EXPECT_FALSE(std::filesystem::exists(work_ + "/r1")) << "a refused run leaves no run directory";
 }
 

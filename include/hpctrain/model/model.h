@@ -20,15 +20,16 @@ namespace hpctrain::model {
 
 // What the data says the model must accept and produce.
 struct ModelSpec {
-  std::vector<std::int64_t> input_shape;  // per sample, e.g. {1, 28, 28}
-  std::int64_t num_classes = 0;
+  std::vector<std::int64_t> input_shape;  // per sample, e.g. {1, 28, 28}; {T} for token windows
+  std::int64_t num_classes = 0;           // classes, or a language model's vocabulary
+  bool token_ids = false;  // a language model's input: int64 token ids [B, T]; output [B, T, vocab]
 };
 
 class Model {
  public:
   virtual ~Model() = default;
-  // Logits [B, num_classes] for a batch [B, ...input_shape]; for a language model (gpt, input
-  // [B, T] token ids, num_classes the vocabulary), [B, T, vocab].
+  // Logits [B, num_classes] for a batch [B, ...input_shape]; for a language model (gpt or a
+  // scripted one: input [B, T] token ids, num_classes the vocabulary), [B, T, vocab].
   virtual at::Tensor forward(const at::Tensor& input) = 0;
   // The underlying module: parameters, buffers, train()/eval().
   virtual torch::nn::Module& module() = 0;
