@@ -6,7 +6,8 @@
 // (nn::Module::to sets each tensor's data in place) moves the scripted module's too. train()/eval()
 // reach the scripted module (a traced one has its train or eval behaviour baked in). What the rest
 // of hpctrain cannot train is refused when the module is loaded: tied parameters (one tensor under
-// two names), parameters other than float32, buffers of a dtype checkpoints cannot store.
+// parameters other than float32, buffers of a dtype checkpoints cannot store. A parameter held under
+// two names (tied weights) is registered once, under the first; model_state() adds the second.
 #include <torch/script.h>
 #include <torch/torch.h>
 
@@ -41,9 +42,8 @@ class ScriptedModule : public torch::nn::Module {
     for (const auto& p : scripted_.named_parameters(/*recurse=*/true)) {
       const auto [it, fresh] = first_name.emplace(p.value.unsafeGetTensorImpl(), p.name);
       if (!fresh) {
-        throw ConfigError("model.path=" + path + ": parameter '" + p.name + "' is the same tensor as '" + it->second +
-                          "' (tied weights); hpctrain cannot train a TorchScript module with shared "
-                          "parameters yet");
+        tied_.push_back({p.name, it->second, p.value});
+        continue;
       }
       if (p.value.scalar_type() != at::kFloat) {
         throw ConfigError("model.path=" + path + ": parameter '" + p.name + "' is " + c10::toString(p.value.scalar_type()) +
@@ -69,6 +69,7 @@ class ScriptedModule : public torch::nn::Module {
   }
 
   torch::jit::IValue call(const at::Tensor& input) { return scripted_.forward({input}); }
+  const std::vector<TiedParameter>& tied() const { return tied_; }
 
  private:
   // The module of the mirror tree that holds "a.b.c" (a.b, created on the way) and "c".
@@ -89,6 +90,7 @@ class ScriptedModule : public torch::nn::Module {
   }
 
   torch::jit::Module scripted_;
+  std::vector<TiedParameter> tied_;
 };
 
 class TorchScriptModel : public Model {
@@ -107,6 +109,7 @@ class TorchScriptModel : public Model {
     }
   }
   torch::nn::Module& module() override { return *module_; }
+  std::vector<TiedParameter> tied_parameters() const override { return module_->tied(); }
 
  private:
   std::shared_ptr<ScriptedModule> module_;

@@ -114,6 +114,7 @@ ckpt::NamedTensors model_state(model::Model& model) {
   ckpt::NamedTensors out;
   for (auto& p : model.module().named_parameters()) out.emplace_back(p.key(), p.value());
   for (auto& b : model.module().named_buffers()) out.emplace_back(b.key(), b.value());
+  for (const auto& tied : model.tied_parameters()) out.emplace_back(tied.name, tied.tensor);
   return out;
 }
 
@@ -402,6 +403,9 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
             s.config().model.name, count, parameters.size(),
             frozen > 0 ? fmt::format(" ({} frozen tensors besides)", frozen) : "", s.buffers.size(), s.device.str(),
             s.comm->backend(), s.comm->size());
+  for (const auto& tied : s.net().tied_parameters()) {
+    log::info("tied weights: '{}' is '{}' (trained once, stored under both names)", tied.name, tied.same_as);
+  }
   s.count_model_flops();
 }
 

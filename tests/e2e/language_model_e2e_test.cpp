@@ -146,14 +146,17 @@ TEST_F(LanguageModelEndToEnd, StoppedAndResumedEqualsUninterruptedAndContinuesOn
   EXPECT_EQ(ckpt::CheckpointReader(work_ + "/wider/checkpoints/ckpt-24.h5").meta().cursor, 160 + 14 * 24);
 }
 
-// A language model scripted in PyTorch (tests/support/export_torchscript.py --language-model)
-// trains on the token stream like gpt: tokens/s, a falling loss and perplexity; a stop and resume
-// ends bit-identical; `hpctrain eval` reproduces its held-out loss on 3 ranks.
+// A language model scripted in PyTorch (tests/support/export_torchscript.py --language-model, its
+// output layer tied to the token embedding) trains on the token stream like gpt: tokens/s, a
+// falling loss and perplexity; a stop and resume ends bit-identical; `hpctrain eval` reproduces
+// its held-out loss on 3 ranks.
 TEST_F(LanguageModelEndToEnd, AScriptedLanguageModelTrainsResumesAndEvaluates) {
   const std::string scripted = " --model.name=torchscript --model.path=" + work_ + "/scripted-lm.pt";
   const ProcessResult whole = run_command(train(2, "scripted", "--train.max_steps=20" + scripted));
   ASSERT_EQ(whole.exit_code, 0) << whole.out << whole.err;
   EXPECT_EQ(count_lines_with(whole.err, "tokens/s, "), 4) << whole.err;
+  // Its output layer is the token embedding, as GPT-2's.
+  EXPECT_EQ(count_lines_with(whole.err, "tied weights: 'head.weight' is 'tokens.weight'"), 1) << whole.err;
   std::vector<double> losses;
   std::optional<json> eval;
   for (const json& record : metrics("scripted")) {

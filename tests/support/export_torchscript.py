@@ -5,12 +5,13 @@
   export_torchscript.py OUT.pt [--classes N] [--channels C] [--freeze PREFIX] [--tied]
       torch.jit.save(torch.jit.script(model)); --freeze sets requires_grad=False on the
       parameters whose names start with PREFIX; --tied writes a module with one weight shared
-      by two layers instead
+      by two layers (tied weights) instead
   export_torchscript.py OUT.pt --language-model VOCAB --block T
       a small causal language model instead (token and position embeddings, one block of
-      causal self-attention, a linear head): token ids [B, T] -> next-token logits [B, T, VOCAB],
-      for a token stream from `hpctrain prepare text` with model.gpt_block_size=T
-  export_torchscript.py --check-state-dict FILE --source IDX_DIR --manifest DATASET/manifest.json [--limit N]
+      causal self-attention, an output layer tied to the token embedding, as GPT-2's): token ids
+      [B, T] -> next-token logits [B, T, VOCAB], for a token stream from `hpctrain prepare text`
+      with model.gpt_block_size=T
+  export_torchscript.py --check-state-dict FILE --source IDX_DIR --manifest DATASET/manifest.json [--limit N] [--tied]
       loads a state_dict written by `hpctrain ckpt export` into the same model (strict: every
       name and shape must match) and prints its loss and accuracy on the first N test images
       as JSON, normalized as the manifest says
@@ -59,7 +60,8 @@ class TinyLm(nn.Module):
         self.positions = nn.Embedding(block, embd)
         self.norm = nn.LayerNorm(embd)
         self.attention = nn.MultiheadAttention(embd, 2, dropout=0.1, batch_first=True)
-        self.head = nn.Linear(embd, vocab)
+        self.head = nn.Linear(embd, vocab, bias=False)
+        self.head.weight = self.tokens.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         t = x.size(1)
@@ -78,7 +80,7 @@ def read_idx(path: str) -> np.ndarray:
 
 
 def check_state_dict(args: argparse.Namespace) -> None:
-    model = SmallCnn(args.classes, args.channels)
+    model = Tied() if args.tied else SmallCnn(args.classes, args.channels)
     state = torch.load(args.check_state_dict, weights_only=True)
     model.load_state_dict(state, strict=True)
     model.eval()

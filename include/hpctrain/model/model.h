@@ -25,6 +25,14 @@ struct ModelSpec {
   bool token_ids = false;  // a language model's input: int64 token ids [B, T]; output [B, T, vocab]
 };
 
+// A parameter the module also holds under a second name (tied weights, e.g. a language model's
+// output layer sharing the token embedding).
+struct TiedParameter {
+  std::string name;     // the second name
+  std::string same_as;  // the name it is trained under
+  at::Tensor tensor;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -33,6 +41,10 @@ class Model {
   virtual at::Tensor forward(const at::Tensor& input) = 0;
   // The underlying module: parameters, buffers, train()/eval().
   virtual torch::nn::Module& module() = 0;
+  // Parameters of module() that the model also holds under other names. They are trained once,
+  // under their first name; checkpoints store them under every name, so that an exported
+  // state_dict loads into the source module as it is.
+  virtual std::vector<TiedParameter> tied_parameters() const { return {}; }
 };
 
 // Builds `config.name` for `spec`. Throws ConfigError for an unknown name or options the model
