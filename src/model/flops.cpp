@@ -1,10 +1,11 @@
 #include "hpctrain/model/flops.h"
 
 #include <ATen/record_function.h>
-#include <torch/torch.h>
 
 #include <algorithm>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "hpctrain/core/error.h"
 
@@ -75,15 +76,35 @@ double convolution_flops(c10::ArrayRef<const c10::IValue> in) {
   return 2.0 * outputs * per_element;
 }
 
+// Scaled dot-product attention, query [.., L, E], key [.., S, E], value [.., S, Ev]: the scores
+// (L x S of E multiply-adds) and their weighted sum (L x Ev of S) for each of the query's heads.
+double attention_flops(c10::ArrayRef<const c10::IValue> in) {
+  if (in.size() < 3) return 0;
+  const auto q = sizes_of(in[0]);
+  const auto k = sizes_of(in[1]);
+  const auto v = sizes_of(in[2]);
+  if (q.size() < 2 || k.size() < 2 || v.empty()) return 0;
+  const double products = static_cast<double>(product(q) / q.back()) * static_cast<double>(k[k.size() - 2]);
+  return 2.0 * products * static_cast<double>(q.back() + v.back());
+}
+
+bool ends_with(const std::string& text, const char* end) {
+  const size_t n = std::strlen(end);
+  return text.size() >= n && text.compare(text.size() - n, n, end) == 0;
+}
+
 // The FLOPs of op `name`, or < 0 when it is not an op that is counted.
 double op_flops(const char* name, c10::ArrayRef<const c10::IValue> in) {
   if (std::strncmp(name, "aten::", 6) != 0) return -1;
-  const char* op = name + 6;
-  if (std::strcmp(op, "mm") == 0 || std::strcmp(op, "bmm") == 0) return in.size() >= 2 ? product_flops(in[0], in[1]) : 0;
-  if (std::strcmp(op, "addmm") == 0 || std::strcmp(op, "baddbmm") == 0) {
+  const std::string op = name + 6;
+  if (op == "mm" || op == "bmm") return in.size() >= 2 ? product_flops(in[0], in[1]) : 0;
+  // addmm(bias, a, b), and the fused bias + activation libtorch's fast paths use.
+  if (op == "addmm" || op == "baddbmm" || op == "_addmm_activation") {
     return in.size() >= 3 ? product_flops(in[1], in[2]) : 0;
   }
-  if (std::strcmp(op, "convolution") == 0 || std::strcmp(op, "_convolution") == 0) return convolution_flops(in);
+  if (op == "convolution" || op == "_convolution") return convolution_flops(in);
+  // Every variant (math, flash, memory-efficient, cuDNN) of scaled_dot_product_attention.
+  if (op.find("scaled_dot_product") != std::string::npos && !ends_with(op, "_backward")) return attention_flops(in);
   return -1;
 }
 
@@ -119,23 +140,6 @@ double count_flops(const std::function<void()>& run) {
   at::removeCallback(handle);
   active = nullptr;
   return counter.flops;
-}
-
-double forward_flops_per_sample(Model& model, const at::Tensor& input) {
-  HT_CHECK(input.dim() >= 1 && input.size(0) > 0, "forward_flops_per_sample needs a non-empty batch");
-  torch::nn::Module& module = model.module();
-  const bool training = module.is_training();
-  module.eval();
-  double flops = 0;
-  try {
-    const torch::NoGradGuard no_grad;
-    flops = count_flops([&] { model.forward(input); });
-  } catch (...) {
-    module.train(training);
-    throw;
-  }
-  module.train(training);
-  return flops / static_cast<double>(input.size(0));
 }
 
 }  // namespace hpctrain::model

@@ -5,9 +5,9 @@
 // a built-in model's (names as in the Python module's state_dict), and moving the tree to a device
 // (nn::Module::to sets each tensor's data in place) moves the scripted module's too. train()/eval()
 // reach the scripted module (a traced one has its train or eval behaviour baked in). What the rest
-// of hpctrain cannot train is refused when the module is loaded: tied parameters (one tensor under
-// parameters other than float32, buffers of a dtype checkpoints cannot store. A parameter held under
-// two names (tied weights) is registered once, under the first; model_state() adds the second.
+// of hpctrain cannot train is refused when the module is loaded: parameters other than float32,
+// buffers of a dtype checkpoints cannot store. A parameter held under two names (tied weights) is
+// registered once, under the first; tied_parameters() names the second, which checkpoints add.
 #include <torch/script.h>
 #include <torch/torch.h>
 
@@ -161,7 +161,8 @@ std::shared_ptr<Model> make_torchscript(const config::ModelConfig& config, const
       result = module->call(zeros);
     } catch (const std::exception& e) {
       throw ConfigError("model.path=" + path + ": forward fails on " + c10::str(at::IntArrayRef(batch_shape)) +
-                        (spec.token_ids ? " token ids (" : " samples (") + reason(e) + "); it must return " + expected);
+                        (spec.token_ids ? " token ids (" : " samples (") + reason(e) + "); " +
+                        (spec.token_ids ? "a model for a token stream" : "it") + " must return " + expected);
     }
     size_t i = 0;
     for (auto& b : module->buffers()) b.copy_(saved[i++]);

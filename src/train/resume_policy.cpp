@@ -14,13 +14,14 @@ namespace {
 
 // "section.key" options that may change between a checkpoint and its resume: run length, logging,
 // checkpointing, and how data is read, none of which changes what is computed (nor do the
-// starting loss scale, since a resume continues the checkpoint's, and what a non-finite step does).
+// starting loss scale, since a resume continues the checkpoint's, what a non-finite step does,
+// and the peak MFU is measured against).
 bool free_to_change(const std::string& key) {
   static const std::set<std::string> keys{
       "run.dir",          "train.epochs",        "train.max_steps",    "train.threads",
       "train.eval_batch_size", "data.eval_split", "data.prefetch",      "data.loader_threads",
       "data.cache_mb",    "data.io",             "dist.timeout_s",     "dist.check_replicas_every",
-      "train.loss_scale_init", "train.nonfinite",    "train.max_skipped"};
+      "train.loss_scale_init", "train.nonfinite",    "train.max_skipped", "train.peak_tflops"};
   return keys.count(key) > 0 || key.rfind("log.", 0) == 0 || key.rfind("ckpt.", 0) == 0;
 }
 

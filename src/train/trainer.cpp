@@ -135,6 +135,7 @@ struct Trainer::State {
   std::int64_t accum = 1;     // micro-batches per optimizer step (train.global_batch or accum_steps)
   double peak_lr = 0.0;       // optim.lr scaled for the global batch (optim.lr_scaling)
   std::optional<double> grad_norm;  // of the last step's averaged gradients, when computed
+  bool flops_counted = false;             // the first forward pass has been counted
   std::optional<double> training_flops;  // per sample (model/flops.h), once counted
   std::optional<PeakFlops> peak_flops;   // one device's, for MFU (train.peak_tflops)
   std::optional<LossScaler> loss_scaler;  // train.loss_scale (on by default with fp16)
@@ -203,20 +204,20 @@ struct Trainer::State {
                    {"unix_time", std::chrono::duration<double>(now).count()}});
   }
 
-  // The model's FLOPs per sample, counted on a forward pass over two zero samples, for the metrics'
-  // model_tflops and mfu. A model whose count fails still trains; the metrics leave them out.
-  void count_model_flops() {
-    const std::vector<std::int64_t> shape = setup.train_split ? setup.train_split->sample_shape()
-                                                              : std::vector<std::int64_t>{setup.train_tokens->block_size()};
-    std::vector<std::int64_t> batch{2};
-    batch.insert(batch.end(), shape.begin(), shape.end());
-    const at::Tensor input = at::zeros(batch, at::TensorOptions(device).dtype(setup.train_split ? at::kFloat : at::kLong));
-    try {
-      training_flops = model::training_flops_per_sample(model::forward_flops_per_sample(net(), input));
-    } catch (const std::exception& e) {
-      log::warn("the model's FLOPs could not be counted ({}); the metrics leave out model_tflops and mfu", e.what());
-      return;
+  // The model's forward pass; the first of this process is counted (model/flops.h) for the
+  // metrics' model_tflops and mfu: the FLOPs of the very path training takes (train mode,
+  // gradients, autocast), per row of the batch.
+  at::Tensor forward(const at::Tensor& input) {
+    if (flops_counted) return net().forward(input);
+    flops_counted = true;
+    at::Tensor logits;
+    const double flops = model::count_flops([&] { logits = net().forward(input); });
+    if (flops <= 0) {
+      log::warn("no matrix product or convolution was seen in the model's forward pass; the metrics leave out "
+                "model_tflops and mfu");
+      return logits;
     }
+    training_flops = model::training_flops_per_sample(flops / static_cast<double>(input.size(0)));
     const std::string gpu = device.is_cuda() ? comm::gpu_name(device.index()) : "";
     peak_flops = resolve_peak_flops(config().train.peak_tflops, gpu, config().train.precision);
     const std::string unit = setup.language_model() ? "window" : "sample";
@@ -224,6 +225,7 @@ struct Trainer::State {
               flop_text(*training_flops / 3), unit, flop_text(*training_flops), unit,
               peak_flops ? fmt::format("against {:g} TFLOP/s per device ({})", peak_flops->tflops, peak_flops->source)
                          : std::string("not measured: set train.peak_tflops to one device's peak"));
+    return logits;
   }
 
   // dist.check_replicas_every: every replica must hold rank 0's parameters, bit for bit.
@@ -406,7 +408,6 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
   for (const auto& tied : s.net().tied_parameters()) {
     log::info("tied weights: '{}' is '{}' (trained once, stored under both names)", tied.name, tied.same_as);
   }
-  s.count_model_flops();
 }
 
 Trainer::~Trainer() = default;
@@ -532,7 +533,7 @@ void Trainer::State::train_epoch(std::int64_t epoch, const EpochPlan& plan, std:
       at::Tensor logits;
       {
         const AutocastScope autocast(device.type(), autocast_dtype);
-        logits = net().forward(model_input(batch.input.to(device, /*non_blocking=*/true)));
+        logits = forward(model_input(batch.input.to(device, /*non_blocking=*/true)));
       }
       const at::Tensor losses = per_sample_loss(logits, batch.target.to(device, /*non_blocking=*/true),
                                                 config().train.label_smoothing);

@@ -87,7 +87,7 @@ TEST(ResumeConfig, OnlyOptionsThatChangeTheComputationAreReported) {
   config::Config base = config::resolve("", {{"data.path", "/data"}});
   config::Config lengthened = config::resolve(
       "", {{"data.path", "/data"}, {"train.epochs", "9"}, {"log.every_steps", "7"}, {"ckpt.every_steps", "5"},
-           {"run.dir", "elsewhere"}, {"data.loader_threads", "2"}});
+           {"run.dir", "elsewhere"}, {"data.loader_threads", "2"}, {"train.peak_tflops", "989.4"}});
   EXPECT_EQ(resume_config_changes(config::to_ini(base), config::to_ini(lengthened)), "");
   config::Config changed = config::resolve("", {{"data.path", "/data"}, {"optim.lr", "0.5"}, {"train.seed", "7"}});
   const std::string changes = resume_config_changes(config::to_ini(base), config::to_ini(changed));
