@@ -37,8 +37,16 @@ std::int64_t product(const std::vector<std::int64_t>& sizes, size_t from = 0) {
   return p;
 }
 
+// An int[] argument; also one boxed as a generic list (libtorch 2's SymInt[] may be).
 std::vector<std::int64_t> int_list(const c10::IValue& value) {
-  return value.isIntList() ? value.toIntVector() : std::vector<std::int64_t>{};
+  if (value.isIntList()) return value.toIntVector();
+  std::vector<std::int64_t> ints;
+  if (value.isList()) {
+    for (const c10::IValue& element : value.toListRef()) {
+      if (element.isInt()) ints.push_back(element.toInt());
+    }
+  }
+  return ints;
 }
 
 // a [.., n, k] @ b [.., k, m]: 2 n k m per matrix of the batch.
@@ -66,11 +74,14 @@ double convolution_flops(c10::ArrayRef<const c10::IValue> in) {
   const auto padding = int_list(in[4]);
   const auto dilation = int_list(in[5]);
   const size_t spatial = input.size() - 2;
-  auto at = [](const std::vector<std::int64_t>& v, size_t i) { return v.empty() ? 1 : v[std::min(i, v.size() - 1)]; };
+  // stride, padding and dilation may give one value for every dimension
+  auto in_dim = [](const std::vector<std::int64_t>& v, size_t d, std::int64_t none) {
+    return v.empty() ? none : v[std::min(d, v.size() - 1)];
+  };
   double outputs = static_cast<double>(input[0] * weight[0]);
   for (size_t d = 0; d < spatial; ++d) {
-    const std::int64_t pad = padding.empty() ? 0 : at(padding, d);
-    const std::int64_t extent = (input[2 + d] + 2 * pad - at(dilation, d) * (weight[2 + d] - 1) - 1) / at(stride, d) + 1;
+    const std::int64_t extent = (input[2 + d] + 2 * in_dim(padding, d, 0) - in_dim(dilation, d, 1) * (weight[2 + d] - 1) - 1) /
+                                    in_dim(stride, d, 1) + 1;
     outputs *= static_cast<double>(std::max<std::int64_t>(0, extent));
   }
   return 2.0 * outputs * per_element;

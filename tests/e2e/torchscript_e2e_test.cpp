@@ -27,6 +27,13 @@ const std::string kBin = HPCTRAIN_BIN;
 const std::string kSource = HPCTRAIN_SOURCE_DIR;
 const std::string kExporter = "/usr/bin/python3 " + kSource + "/tests/support/export_torchscript.py";
 
+// A checkpoint's model tensors by name.
+std::map<std::string, at::Tensor> model_group(const std::string& checkpoint) {
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& [name, tensor] : ckpt::CheckpointReader(checkpoint).read_group("model")) tensors[name] = tensor;
+  return tensors;
+}
+
 class TorchScriptEndToEnd : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -48,6 +55,30 @@ class TorchScriptEndToEnd : public ::testing::Test {
     return mpirun(ranks) + kBin + " train --data.path=" + data_ + " --model.name=torchscript --model.path=" + work_ +
            "/model.pt --run.dir=" + work_ + "/" + run + " --train.threads=1 --data.eval_split= --train.batch_size=32" +
            " --optim.name=adamw --optim.lr=0.003 --log.every_steps=3 --ckpt.keep_last=0 " + extra;
+  }
+
+  // `hpctrain eval` of `checkpoint` on the test split, and the loss PyTorch computes with the
+  // state_dict `ckpt export` writes from it, loaded strictly into the Python module
+  // (export_torchscript.py `python_flags`): the same, and the state_dict holds `tensors` tensors.
+  static void expect_python_agrees(const std::string& checkpoint, const std::string& config,
+                                   const std::string& python_flags, int tensors) {
+    const ProcessResult evaluated =
+        run_command(kBin + " eval --checkpoint " + checkpoint + " --config " + config + " --data.eval_split=test");
+    ASSERT_EQ(evaluated.exit_code, 0) << evaluated.err;
+    const std::string label = "test: 1200 samples, test_loss ";
+    const size_t at = evaluated.err.find(label);
+    ASSERT_NE(at, std::string::npos) << evaluated.err;
+    const std::string run = std::filesystem::path(checkpoint).parent_path().parent_path().filename().string();
+    const std::string state_dict = work_ + "/" + run + "-state_dict.pt";
+    ASSERT_EQ(run_command(kBin + " ckpt export " + checkpoint + " --to state_dict --out " + state_dict).exit_code, 0);
+    const ProcessResult loaded = run_command(kExporter + " " + python_flags + " --check-state-dict " + state_dict +
+                                             " --source /usr/share/datasets/fashion-mnist --manifest " +
+                                             data_ + "/manifest.json --limit 1200");
+    ASSERT_EQ(loaded.exit_code, 0) << loaded.out << loaded.err;
+    const json python = json::parse(loaded.out);
+    EXPECT_EQ(python["tensors"], tensors);
+    EXPECT_NEAR(python["test_loss"].get<double>(), std::stod(evaluated.err.substr(at + label.size())), 1e-4)
+        << loaded.out << evaluated.err;
   }
 
   static std::string work_;
@@ -86,21 +117,7 @@ TEST_F(TorchScriptEndToEnd, TrainsResumesBitIdenticallyAndExportsTheModulesOwnNa
 
   // Evaluated in eval mode (BatchNorm's running statistics, no dropout) to the loss PyTorch computes
   // with the exported state_dict in the Python module.
-  const ProcessResult evaluated = run_command(kBin + " eval --checkpoint " + a + " --config " + work_ +
-                                              "/whole/config.ini --data.eval_split=test");
-  ASSERT_EQ(evaluated.exit_code, 0) << evaluated.err;
-  const size_t at = evaluated.err.find("test: 1200 samples, test_loss ");
-  ASSERT_NE(at, std::string::npos) << evaluated.err;
-  const double hpctrain_loss = std::stod(evaluated.err.substr(at + std::string("test: 1200 samples, test_loss ").size()));
-  const std::string state_dict = work_ + "/state_dict.pt";
-  ASSERT_EQ(run_command(kBin + " ckpt export " + a + " --to state_dict --out " + state_dict).exit_code, 0);
-  const ProcessResult loaded = run_command(kExporter + " --check-state-dict " + state_dict +
-                                           " --source /usr/share/datasets/fashion-mnist --manifest " + data_ +
-                                           "/manifest.json --limit 1200");
-  ASSERT_EQ(loaded.exit_code, 0) << loaded.out << loaded.err;
-  const json python = json::parse(loaded.out);
-  EXPECT_EQ(python["tensors"], 16);
-  EXPECT_NEAR(python["test_loss"].get<double>(), hpctrain_loss, 1e-4) << loaded.out << evaluated.err;
+  expect_python_agrees(a, work_ + "/whole/config.ini", "", 16);
 }
 
 TEST_F(TorchScriptEndToEnd, FrozenParametersStayAsSaved) {
@@ -108,11 +125,8 @@ TEST_F(TorchScriptEndToEnd, FrozenParametersStayAsSaved) {
                                                              work_ + "/frozen.pt --optim.weight_decay=0.1"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(count_lines_with(r.err, "(2 frozen tensors besides)"), 1) << r.err;
-  std::map<std::string, at::Tensor> at_2;
-  for (const auto& [name, tensor] : ckpt::CheckpointReader(work_ + "/frozen/checkpoints/ckpt-2.h5").read_group("model")) {
-    at_2[name] = tensor;
-  }
-  for (const auto& [name, tensor] : ckpt::CheckpointReader(work_ + "/frozen/checkpoints/ckpt-4.h5").read_group("model")) {
+  const auto at_2 = model_group(work_ + "/frozen/checkpoints/ckpt-2.h5");
+  for (const auto& [name, tensor] : model_group(work_ + "/frozen/checkpoints/ckpt-4.h5")) {
     if (name == "features.0.weight" || name == "features.0.bias") {
       EXPECT_TRUE(at::equal(tensor, at_2.at(name))) << name << " changed although frozen";
     }
@@ -131,35 +145,13 @@ TEST_F(TorchScriptEndToEnd, TiedWeightsTrainOnceAndExportUnderBothNames) {
   EXPECT_EQ(count_lines_with(r.err, "tied weights: 'second.weight' is 'first.weight' (trained once"), 1) << r.err;
   // embed 7850 + first 110 + second's bias 10: the shared weight is counted once.
   EXPECT_EQ(count_lines_with(r.err, "model torchscript: 7970 parameters in 5 tensors"), 1) << r.err;
-  std::map<std::string, at::Tensor> at_2;
-  for (const auto& [name, tensor] : ckpt::CheckpointReader(work_ + "/tied/checkpoints/ckpt-2.h5").read_group("model")) {
-    at_2[name] = tensor;
-  }
-  std::map<std::string, at::Tensor> at_4;
-  for (const auto& [name, tensor] : ckpt::CheckpointReader(work_ + "/tied/checkpoints/ckpt-4.h5").read_group("model")) {
-    at_4[name] = tensor;
-  }
+  const auto at_2 = model_group(work_ + "/tied/checkpoints/ckpt-2.h5");
+  auto at_4 = model_group(work_ + "/tied/checkpoints/ckpt-4.h5");
   ASSERT_EQ(at_4.count("first.weight") + at_4.count("second.weight"), 2u);
   EXPECT_TRUE(at::equal(at_4["first.weight"], at_4["second.weight"]));
   EXPECT_FALSE(at::equal(at_4["first.weight"], at_2.at("first.weight"))) << "the shared weight did not learn";
 
-  const std::string checkpoint = work_ + "/tied/checkpoints/ckpt-4.h5";
-  const ProcessResult evaluated = run_command(kBin + " eval --checkpoint " + checkpoint + " --config " + work_ +
-                                              "/tied/config.ini --data.eval_split=test");
-  ASSERT_EQ(evaluated.exit_code, 0) << evaluated.err;
-  const std::string label = "test: 1200 samples, test_loss ";
-  const size_t at = evaluated.err.find(label);
-  ASSERT_NE(at, std::string::npos) << evaluated.err;
-  const std::string state_dict = work_ + "/tied_state_dict.pt";
-  ASSERT_EQ(run_command(kBin + " ckpt export " + checkpoint + " --to state_dict --out " + state_dict).exit_code, 0);
-  const ProcessResult loaded = run_command(kExporter + " --tied --check-state-dict " + state_dict +
-                                           " --source /usr/share/datasets/fashion-mnist --manifest " + data_ +
-                                           "/manifest.json --limit 1200");
-  ASSERT_EQ(loaded.exit_code, 0) << loaded.out << loaded.err;
-  const json python = json::parse(loaded.out);
-  EXPECT_EQ(python["tensors"], 6);
-  EXPECT_NEAR(python["test_loss"].get<double>(), std::stod(evaluated.err.substr(at + label.size())), 1e-4)
-      << loaded.out << evaluated.err;
+  expect_python_agrees(work_ + "/tied/checkpoints/ckpt-4.h5", work_ + "/tied/config.ini", "--tied", 6);
 }
 
 TEST_F(TorchScriptEndToEnd, ModulesThatDoNotFitAreRefusedInOneLine) {
