@@ -2,7 +2,8 @@
 # Draws a run's curves from its metrics.jsonl into one PNG:
 #   jobs/plot.sh RUN_DIR [OUT.png]          # default OUT: RUN_DIR/curves.png
 # Four panels against the optimizer step: training loss (and test loss where evaluated), test
-# accuracy, learning rate, and throughput (samples/s over all ranks). Needs gnuplot (Debian's
+# accuracy, learning rate, and throughput (samples/s over all ranks, and the model's TFLOP/s on a
+# second axis when the metrics have it). Needs gnuplot (Debian's
 # gnuplot-nox, which jobs/install-deps.sh installs). Exit 2 for a usage error or a run directory
 # without metrics.
 set -euo pipefail
@@ -26,7 +27,10 @@ awk -v train="$work/train.dat" -v eval="$work/eval.dat" '
   }
   {
     if (field("test_acc") != "") print field("step"), field("test_loss"), field("test_acc") > eval
-    else if (field("loss") != "") print field("step"), field("loss"), field("lr"), field("samples_per_s") > train
+    else if (field("loss") != "") {
+      tflops = field("model_tflops")
+      print field("step"), field("loss"), field("lr"), field("samples_per_s"), (tflops == "" ? "NaN" : tflops) > train
+    }
   }' "$metrics"
 [ -s "$work/train.dat" ] || die "$metrics has no training records"
 if [ -s "$work/eval.dat" ]; then
@@ -40,6 +44,16 @@ set yrange [0:1]
 plot 2 notitle
 unset label
 set autoscale'
+fi
+
+throughput="plot \"$work/train.dat\" using 1:4 with lines"
+if awk '$5 != "NaN" { found = 1 } END { exit !found }' "$work/train.dat"; then
+  throughput="set key top right
+set ytics nomirror
+set y2tics
+set ylabel \"samples/s\"
+set y2label \"model TFLOP/s\"
+plot \"$work/train.dat\" using 1:4 with lines title \"samples/s\", \"\" using 1:5 axes x1y2 with lines title \"model TFLOP/s\""
 fi
 
 gnuplot <<GNUPLOT
@@ -59,8 +73,8 @@ set format y "%.3g"
 unset key
 plot "$work/train.dat" using 1:3 with lines
 set format y "%g"
-set title "throughput (samples/s, all ranks)"
-plot "$work/train.dat" using 1:4 with lines
+set title "throughput (all ranks)"
+$throughput
 unset multiplot
 GNUPLOT
 echo "plot: wrote $out"
