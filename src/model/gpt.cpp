@@ -5,6 +5,7 @@
 // ...), so an exported state_dict maps onto that code. Input [B, T] token ids, T <= block_size;
 // output [B, T, vocab] logits of the next token at each place.
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <limits>
@@ -17,6 +18,11 @@ namespace {
 
 namespace nn = torch::nn;
 
+// libtorch 2 has scaled_dot_product_attention: one fused kernel (flash or memory-efficient
+// attention on CUDA) in place of the scores, mask, softmax and weighted sum below, with the causal
+// mask its own and the same result. libtorch 1.13 computes those steps one by one.
+#define HT_FUSED_ATTENTION (TORCH_VERSION_MAJOR >= 2)
+
 class CausalSelfAttentionImpl : public nn::Module {
  public:
   CausalSelfAttentionImpl(std::int64_t embd, std::int64_t heads, double dropout)
@@ -26,8 +32,9 @@ class CausalSelfAttentionImpl : public nn::Module {
         attn_dropout_(register_module("attn_dropout", nn::Dropout(dropout))),
         resid_dropout_(register_module("resid_dropout", nn::Dropout(dropout))) {}
 
-  // `mask`: [T, T], 0 on and below the diagonal, -inf above it (no look at later tokens).
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& mask) {
+  // `mask`: [T, T], 0 on and below the diagonal, -inf above it (no look at later tokens); undefined
+  // with fused attention, which masks by itself.
+  at::Tensor forward(const at::Tensor& x, [[maybe_unused]] const at::Tensor& mask) {
     const std::int64_t b = x.size(0);
     const std::int64_t t = x.size(1);
     const std::int64_t c = x.size(2);
@@ -37,10 +44,18 @@ class CausalSelfAttentionImpl : public nn::Module {
     const at::Tensor q = heads(qkv[0]);
     const at::Tensor k = heads(qkv[1]);
     const at::Tensor v = heads(qkv[2]);
+#if HT_FUSED_ATTENTION
+    const double dropout = is_training() ? attn_dropout_->options.p() : 0.0;
+    const at::Tensor y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, /*is_causal=*/true)
+                             .transpose(1, 2)
+                             .contiguous()
+                             .view({b, t, c});
+#else
     const double scale = 1.0 / std::sqrt(static_cast<double>(c / heads_));
     at::Tensor att = torch::matmul(q, k.transpose(-2, -1)).mul(scale).add(mask);
     att = attn_dropout_(torch::softmax(att, -1));
     const at::Tensor y = torch::matmul(att, v).transpose(1, 2).contiguous().view({b, t, c});
+#endif
     return resid_dropout_(c_proj_(y));
   }
 
@@ -120,8 +135,12 @@ class Gpt final : public nn::Module, public Model {
     HT_CHECK(t <= block_size_, "a sequence longer than the model's block size");
     const at::Tensor positions = torch::arange(t, torch::dtype(torch::kLong).device(tokens.device()));
     at::Tensor x = drop_(wte_(tokens) + wpe_(positions));
+#if HT_FUSED_ATTENTION
+    const at::Tensor mask;
+#else
     const at::Tensor mask =
         torch::full({t, t}, -std::numeric_limits<float>::infinity(), x.options()).triu(/*diagonal=*/1);
+#endif
     for (auto& block : blocks_) x = block->forward(x, mask);
     return torch::linear(ln_f_(x), wte_->weight);  // tied: the output layer is the embedding
   }
