@@ -45,6 +45,9 @@ from load_state_dict import FashionCnn  # noqa: E402  (hpctrain's fashion_cnn, b
 from torch_reference import read_idx  # noqa: E402
 
 FASHION_MEAN, FASHION_STD = 0.2860, 0.3530  # what `hpctrain prepare fashion-mnist` records
+# PyTorch 2 fuses causal attention into one kernel, as hpctrain built against libtorch 2 does; 1.13
+# computes it step by step, as hpctrain does there. Either way the result is the same.
+FUSED_ATTENTION = hasattr(F, "scaled_dot_product_attention")
 
 
 class CausalSelfAttention(nn.Module):
@@ -60,9 +63,13 @@ class CausalSelfAttention(nn.Module):
         b, t, c = x.shape
         q, k, v = self.c_attn(x).split(c, dim=2)
         q, k, v = (y.view(b, t, self.heads, c // self.heads).transpose(1, 2) for y in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // self.heads)) + mask
-        att = self.attn_dropout(F.softmax(att, dim=-1))
-        return self.resid_dropout(self.c_proj((att @ v).transpose(1, 2).contiguous().view(b, t, c)))
+        if FUSED_ATTENTION:
+            dropout = self.attn_dropout.p if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // self.heads)) + mask
+            y = self.attn_dropout(F.softmax(att, dim=-1)) @ v
+        return self.resid_dropout(self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c)))
 
 
 class Block(nn.Module):
@@ -84,7 +91,7 @@ class Block(nn.Module):
 
 class Gpt(nn.Module):
     """hpctrain's gpt (src/model/gpt.cpp): GPT-2's layout and initialization, tied output layer,
-    attention written out (PyTorch 1.13 has no fused attention)."""
+    fused attention where PyTorch has it (FUSED_ATTENTION)."""
 
     def __init__(self, vocab=256, block_size=128, layers=4, heads=4, embd=128, dropout=0.1):
         super().__init__()
@@ -102,8 +109,8 @@ class Gpt(nn.Module):
 
     def forward(self, tokens):
         t, tr = tokens.size(1), self.transformer
-        x = tr.drop(tr.wte(tokens) + tr.wpe(torch.arange(t)))
-        mask = torch.full((t, t), float("-inf")).triu(1)
+        x = tr.drop(tr.wte(tokens) + tr.wpe(torch.arange(t, device=tokens.device)))
+        mask = None if FUSED_ATTENTION else torch.full((t, t), float("-inf"), device=tokens.device).triu(1)
         for block in tr.h:
             x = block(x, mask)
         return F.linear(tr.ln_f(x), tr.wte.weight)  # tied to the token embedding

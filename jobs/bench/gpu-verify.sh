@@ -15,13 +15,14 @@
 #
 # Checks, each with a time limit so the whole script stays within 10 minutes:
 #   configure+build, hpctrain --version, the unit, cli and mpi tests, bench comm (nccl and mpi),
-#   bench step (fashion_cnn on the GPU), bench data, fashion_cnn trained on the GPU with NCCL to
-#   >= 0.85 test accuracy, 100 steps on the GPU over the MPI backend with dist.sync_bn and two
-#   loader threads, resnet20 in fp32 and in bf16 (with background checkpoints), the byte-level
-#   gpt of configs/text_gpt.ini in fp32, bf16 and fp16 (with loss scaling, resumed once), a
-#   TorchScript module exported by this machine's PyTorch (tests/support/export_torchscript.py),
-#   the same fashion_cnn steps on the CPU for scale, and the same training in PyTorch eager on the
-#   same GPU.
+#   bench step (fashion_cnn on the GPU; GPT-2 small in fp32 (TF32) and bf16, each also timed in
+#   PyTorch eager by jobs/bench/torch_step.py), hpctrain doctor, bench data, fashion_cnn trained
+#   on the GPU with NCCL to >= 0.85 test accuracy, 100 steps on the GPU over the MPI backend with
+#   dist.sync_bn and two loader threads, resnet20 in fp32 and in bf16 (with background
+#   checkpoints), the byte-level gpt of configs/text_gpt.ini in fp32, bf16 and fp16 (with loss
+#   scaling, resumed once), a TorchScript module exported by this machine's PyTorch
+#   (tests/support/export_torchscript.py), the same fashion_cnn steps on the CPU for scale, and
+#   the same training in PyTorch eager on the same GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -132,10 +133,38 @@ run_step bench_step 90 "${launch[@]}" "$bin" bench step --model fashion_cnn --de
 record "bench step fashion_cnn cuda" "$status" "$seconds" \
   "$(awk '/forward\+backward|overlap on/ {printf "%s ", $0}' "$out/bench_step.log" | tr -s ' ')"
 
+# GPT-2 small (124 M parameters, 8 windows of 1,024 tokens) in hpctrain and in PyTorch eager
+# (jobs/bench/torch_step.py): the same forward+backward, timed the same way, so the ratio is what
+# hpctrain adds or saves; MFU against the GPU's peak for the precision (TF32 for fp32). Both must
+# count the same parameters, and on a GPU of the peak table hpctrain must report an MFU.
+known_gpu() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -qE 'A100|H100|H200|B200'; }
+for precision in fp32 bf16; do
+  name="bench_step_gpt_$precision"
+  run_step "$name" 120 "${launch[@]}" "$bin" bench step --model gpt --device cuda --precision "$precision" --steps 20
+  ours_status=$status ours_seconds=$seconds
+  # The forward+backward row: case, ms, samples/s, tokens/s, TFLOP/s per device, MFU.
+  ours_ms="" ours_tokens="" ours_tflops="" ours_mfu=""
+  read -r _ ours_ms _ ours_tokens ours_tflops ours_mfu < <(grep '^forward+backward' "$out/$name.log")
+  ours_parameters=$(grep -o '[0-9]* parameters' "$out/$name.log" | head -n 1 | cut -d' ' -f1)
+  run_step "torch_step_gpt_$precision" 150 python3 jobs/bench/torch_step.py --device cuda --precision "$precision" --steps 20
+  theirs=$(grep '^{' "$out/torch_step_gpt_$precision.log" | tail -n 1)
+  theirs_ms=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["forward_backward_ms"])' "$theirs" 2>/dev/null)
+  theirs_parameters=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["parameters"])' "$theirs" 2>/dev/null)
+  [ "$ours_status" = PASS ] || status=FAIL
+  [ "$ours_parameters" = "$theirs_parameters" ] || status=FAIL
+  [ "$status" = PASS ] && [ "${ours_mfu:--}" = - ] && known_gpu && status=FAIL
+  ratio=$(python3 -c 'import sys; print(round(float(sys.argv[2]) / float(sys.argv[1]), 3))' "$ours_ms" "$theirs_ms" 2>/dev/null)
+  record "bench step gpt2-small $precision" "$status" "$((ours_seconds + seconds))" \
+    "hpctrain ${ours_ms} ms, ${ours_tokens} tokens/s, ${ours_tflops} TFLOP/s, MFU ${ours_mfu}; PyTorch eager ${theirs_ms} ms (hpctrain ${ratio}x its speed); ${ours_parameters}/${theirs_parameters} parameters"
+done
+
 data="$out/fashion-mnist"
 rm -rf "$data" "$out/text" "$out"/run-*  # a run directory left from an earlier call would be resumed
 run_step prepare 60 "$bin" prepare fashion-mnist --source "$fmnist" --out "$data"
 record "prepare fashion-mnist" "$status" "$seconds" ""
+
+run_step doctor 60 "${launch[@]}" "$bin" doctor --dist.device=cuda --data.path="$data" --run.dir="$out/run-doctor"
+record "hpctrain doctor" "$status" "$seconds" "$(grep -m1 -E '^ *devices' "$out/doctor.log" | tr -s ' '); $(grep -m1 'doctor:' "$out/doctor.log")"
 
 run_step bench_data 60 "$bin" bench data --data "$data" --repeats 3
 record "bench data" "$status" "$seconds" "$(grep 'loader shuffled, 2T' "$out/bench_data.log" | awk '{print $4" samples/s shuffled, 2 threads"}')"
@@ -214,16 +243,13 @@ for precision in fp32 bf16 fp16; do
     --train.precision="$precision" --train.max_steps=300
   result="$(steady_rate "$out/run-gpt-$precision/metrics.jsonl" tokens_per_s) tokens/s, test_ppl $(last_ppl "$out/run-gpt-$precision/metrics.jsonl")"
   [ "$precision" = fp16 ] && result="$result, loss scale $(last_value "$out/run-gpt-fp16/metrics.jsonl" loss_scale), $(last_value "$out/run-gpt-fp16/metrics.jsonl" skipped_steps) skipped"
-  # Every CUDA run reports its GPU's memory in use; bf16 and fp16 on a GPU of hpctrain's peak
-  # table also their MFU (train.peak_tflops).
+  # Every CUDA run reports its GPU's memory in use; on a GPU of hpctrain's peak table also its MFU
+  # (bf16/fp16 against the half-precision peak, fp32 with train.tf32's default against TF32's).
   mfu=$(last_value "$out/run-gpt-$precision/metrics.jsonl" mfu)
   gpu_mem=$(last_value "$out/run-gpt-$precision/metrics.jsonl" gpu_mem_mb)
   result="$result, MFU $mfu, GPU memory $gpu_mem MB, $(last_value "$out/run-gpt-$precision/metrics.jsonl" model_tflops) model TFLOP/s"
   [ "$status" = PASS ] && [ "$gpu_mem" = none ] && status=FAIL
-  if [ "$status" = PASS ] && [ "$precision" != fp32 ] && [ "$mfu" = none ] &&
-     nvidia-smi --query-gpu=name --format=csv,noheader | grep -qE 'A100|H100|H200|B200'; then
-    status=FAIL
-  fi
+  [ "$status" = PASS ] && [ "$mfu" = none ] && known_gpu && status=FAIL
   record "train gpt gpu $precision" "$status" "$seconds" "$result"
 done
 # fp16 resumed from its checkpoint at step 300 for 50 more steps: the loss scaler's count of skipped

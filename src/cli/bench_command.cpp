@@ -16,7 +16,9 @@ int run_bench(const Args& args) {
       {"min-bytes", true, ""}, {"max-bytes", true, ""}, {"iters", true, ""}, {"rounds", true, ""},
       {"model", true, ""},     {"steps", true, ""},     {"bucket-mb", true, ""},
       {"device", true, ""},    {"io", false, ""},       {"shuffle-window-mb", true, ""},
-      {"cold", false, ""},     {"prefetch", true, ""}};
+      {"cold", false, ""},     {"prefetch", true, ""},  {"precision", true, ""},
+      {"tf32", true, ""},      {"layers", true, ""},    {"heads", true, ""},
+      {"embd", true, ""},      {"block-size", true, ""}, {"vocab", true, ""}};
   const std::string what = args.empty() ? "" : args.front();
   if (wants_help(args)) {
     if (what == "data" || what.rfind('-', 0) == 0) std::cout << bench_data_usage() << "\n";

@@ -1,12 +1,14 @@
 // `hpctrain bench step`: one training step of a model taken apart: forward+backward alone, the
 // gradient reduction alone (bucketed, and as one allreduce of all gradient bytes), and the whole
-// step with GradSync with overlap off and on; exposed communication = step - compute.
+// step with GradSync with overlap off and on; exposed communication = step - compute. The model's
+// FLOPs are counted as training counts them (model/flops.h), for model TFLOP/s and MFU.
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <optional>
 
 #include "bench.h"
 #include "hpctrain/comm/bootstrap.h"
@@ -14,23 +16,34 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/ddp/grad_sync.h"
+#include "hpctrain/model/flops.h"
 #include "hpctrain/model/model.h"
+#include "hpctrain/train/autocast.h"
 #include "hpctrain/train/device.h"
+#include "hpctrain/train/mfu.h"
 #include "hpctrain/train/preflight.h"
+#include "hpctrain/train/step_loss.h"
 #include "runtime.h"
 
 namespace hpctrain::cli {
 namespace {
 
 const char* const kStepUsage =
-    "usage: [mpirun -np N] hpctrain bench step [--model fashion_cnn|mlp] [--batch-size 64]\n"
-    "                                          [--steps 20] [--bucket-mb 25] [--device cpu|cuda]\n\n"
-    "Times one training step of --model on random Fashion-MNIST-shaped data (1x28x28, 10\n"
-    "classes), batch --batch-size per rank: forward+backward alone; the gradient reduction alone,\n"
-    "through GradSync's buckets of --bucket-mb and as one allreduce of all gradient bytes; and the\n"
-    "whole step with GradSync, overlap off and on. 3 untimed steps, then --steps timed ones;\n"
-    "medians over steps, of the slowest rank. exposed = step - forward+backward: the communication\n"
-    "the step waits for. With one rank GradSync has nothing to do and adds nothing.\n";
+    "usage: [mpirun -np N] hpctrain bench step [--model fashion_cnn|mlp|resnet|gpt] [--batch-size N]\n"
+    "                                          [--steps 20] [--bucket-mb 25] [--device cpu|cuda]\n"
+    "                                          [--precision fp32|bf16|fp16] [--tf32 true|false]\n"
+    "         gpt only: [--layers 12] [--heads 12] [--embd 768] [--block-size 1024] [--vocab 50257]\n\n"
+    "Times one training step of --model on random data, batch --batch-size per rank (default 64;\n"
+    "8 for gpt): classifiers on Fashion-MNIST-shaped samples (1x28x28, 10 classes); gpt, by\n"
+    "default GPT-2 small (124 M parameters), on windows of --block-size random tokens. Cases:\n"
+    "forward+backward alone; the gradient reduction alone, through GradSync's buckets of\n"
+    "--bucket-mb and as one allreduce of all gradient bytes; and the whole step with GradSync,\n"
+    "overlap off and on. 3 untimed steps, then --steps timed ones; medians over steps, of the\n"
+    "slowest rank. exposed = step - forward+backward: the communication the step waits for. With\n"
+    "one rank GradSync has nothing to do and adds nothing. --precision and --tf32 act as\n"
+    "train.precision and train.tf32 do. Model TFLOP/s per device: the FLOPs training counts\n"
+    "(3x the first forward's) over the case's time; MFU against the peak train.peak_tflops\n"
+    "would use on a known GPU (none on a CPU or in full float32).\n";
 
 // Median over `steps` timed runs (after 3 untimed) of `work`, the slowest rank's.
 double time_step(const comm::Bootstrap& bootstrap, c10::Device device, int steps,
@@ -49,32 +62,78 @@ double time_step(const comm::Bootstrap& bootstrap, c10::Device device, int steps
   return *std::max_element(all.begin(), all.end());
 }
 
+std::string text_flag(const config::ParsedArgs& parsed, const std::string& name, const std::string& fallback) {
+  return parsed.has(name) ? parsed.flags.at(name) : fallback;
+}
+
+// The model to time and what one sample of its input is.
+struct BenchModel {
+  config::ModelConfig config;
+  model::ModelSpec spec;
+  std::int64_t default_batch = 64;
+};
+
+BenchModel bench_model(const config::ParsedArgs& parsed) {
+  BenchModel bench;
+  config::ModelConfig& m = bench.config;
+  m.name = text_flag(parsed, "model", "fashion_cnn");
+  m.mlp_hidden = "512,256";
+  m.dropout = 0.0;
+  if (m.name != "gpt") {
+    for (const char* flag : {"layers", "heads", "embd", "block-size", "vocab"}) {
+      if (parsed.has(flag)) throw ConfigError(std::string("bench step: --") + flag + " is for --model gpt");
+    }
+    bench.spec = {{1, 28, 28}, 10};
+    return bench;
+  }
+  m.gpt_layers = int_flag(parsed, "bench step", "layers", "12");
+  m.gpt_heads = int_flag(parsed, "bench step", "heads", "12");
+  m.gpt_embd = int_flag(parsed, "bench step", "embd", "768");
+  m.gpt_block_size = int_flag(parsed, "bench step", "block-size", "1024");
+  const std::int64_t vocab = int_flag(parsed, "bench step", "vocab", "50257");
+  if (m.gpt_layers < 1 || m.gpt_heads < 1 || m.gpt_embd < 1 || m.gpt_block_size < 1 || vocab < 2) {
+    throw ConfigError("bench step: --layers, --heads, --embd and --block-size must be >= 1 and --vocab >= 2");
+  }
+  bench.spec = {{m.gpt_block_size}, vocab, /*token_ids=*/true};
+  bench.default_batch = 8;
+  return bench;
+}
+
 }  // namespace
 
 const char* bench_step_usage() { return kStepUsage; }
 
 int bench_step(const config::ParsedArgs& parsed) {
-  config::ModelConfig model_config;
-  model_config.name = parsed.has("model") ? parsed.flags.at("model") : "fashion_cnn";
-  model_config.mlp_hidden = "512,256";
-  model_config.dropout = 0.0;
-  const std::int64_t batch = int_flag(parsed, "bench step", "batch-size", "64");
+  const BenchModel bench = bench_model(parsed);
+  const model::ModelSpec& spec = bench.spec;
+  const std::int64_t batch = int_flag(parsed, "bench step", "batch-size", std::to_string(bench.default_batch));
   const auto steps = static_cast<int>(int_flag(parsed, "bench step", "steps", "20"));
   const std::int64_t bucket_mb = int_flag(parsed, "bench step", "bucket-mb", "25");
-  const std::string device_option = parsed.has("device") ? parsed.flags.at("device") : "cpu";
+  const std::string device_option = text_flag(parsed, "device", "cpu");
+  const std::string precision = text_flag(parsed, "precision", "fp32");
+  const std::string tf32_option = text_flag(parsed, "tf32", "true");
   if (batch < 1 || steps < 1 || bucket_mb < 1) {
     throw ConfigError("bench step: --batch-size, --steps and --bucket-mb must be >= 1");
   }
   if (device_option != "cpu" && device_option != "cuda") {
     throw ConfigError("bench step: --device must be cpu or cuda, got '" + device_option + "'");
   }
+  if (precision != "fp32" && precision != "bf16" && precision != "fp16") {
+    throw ConfigError("bench step: --precision must be fp32, bf16 or fp16, got '" + precision + "'");
+  }
+  if (tf32_option != "true" && tf32_option != "false") {
+    throw ConfigError("bench step: --tf32 must be true or false, got '" + tf32_option + "'");
+  }
   const bool use_cuda = device_option == "cuda";
   if (use_cuda && train::visible_gpus() == 0) {
     throw ConfigError("bench step --device cuda: libtorch sees no GPU (CPU-only libtorch, no GPU, "
                       "or CUDA_VISIBLE_DEVICES hides them); use --device cpu");
   }
+  if (precision == "fp16" && !use_cuda) {
+    throw ConfigError("bench step --precision fp16 needs --device cuda (on the CPU autocast computes in bf16 only)");
+  }
   comm::validate_backend("auto", use_cuda);
-  auto net = model::make_model(model_config, {{1, 28, 28}, 10});  // throws for an unknown model
+  auto net = model::make_model(bench.config, spec);  // throws for an unknown model
 
   config::LogConfig log_config;
   log_config.level = "info";
@@ -82,19 +141,33 @@ int bench_step(const config::ParsedArgs& parsed) {
   const auto bootstrap = start_mpi(log_config, default_timeout_s());
   const c10::Device device = train::device_for_rank(use_cuda, bootstrap->topology(), false);
   train::check_devices(*bootstrap, device, /*allow_shared_gpu=*/false);  // shared GPUs would skew it
+  const bool tf32 = tf32_option == "true";
+  train::set_cuda_math(tf32, /*cudnn_benchmark=*/false);
   const auto comm = comm::make_communicator("auto", *bootstrap, use_cuda, use_cuda ? device.index() : 0);
   torch::manual_seed(7 + static_cast<std::uint64_t>(bootstrap->world_rank()));
   net->module().to(device);
   net->module().train();
   const std::vector<at::Tensor> parameters = net->module().parameters();
-  const at::Tensor input = torch::rand({batch, 1, 28, 28}, torch::TensorOptions().device(device));
-  const at::Tensor target = torch::randint(0, 10, {batch}, torch::TensorOptions().dtype(torch::kLong).device(device));
+  const auto on_device = torch::TensorOptions().device(device);
+  std::vector<std::int64_t> input_shape{batch};
+  input_shape.insert(input_shape.end(), spec.input_shape.begin(), spec.input_shape.end());
+  const at::Tensor input = spec.token_ids ? torch::randint(0, spec.num_classes, input_shape, on_device.dtype(torch::kLong))
+                                          : torch::rand(input_shape, on_device);
+  const at::Tensor target = torch::randint(0, spec.num_classes, spec.token_ids ? input_shape : std::vector<std::int64_t>{batch},
+                                           on_device.dtype(torch::kLong));
+  const std::optional<at::ScalarType> forward_dtype = train::autocast_dtype(precision);
+  const auto forward = [&] {
+    const train::AutocastScope autocast(device.type(), forward_dtype);
+    return net->forward(input);
+  };
   const auto forward_backward = [&] {
     for (const auto& p : parameters) {
       if (p.grad().defined()) p.mutable_grad().zero_();
     }
-    torch::nn::functional::cross_entropy(net->forward(input), target).backward();
+    train::per_sample_loss(forward(), target, 0.0).mean().backward();
   };
+  const double flops_per_sample =
+      model::training_flops_per_sample(model::count_flops([&] { forward(); }) / static_cast<double>(batch));
 
   const double compute_s = time_step(*bootstrap, device, steps, forward_backward);
   std::int64_t numel = 0;
@@ -120,21 +193,41 @@ int bench_step(const config::ParsedArgs& parsed) {
       sync.average_gradients();
     });
   }
+  const std::int64_t gpu_memory = use_cuda ? comm::gpu_memory_in_use_bytes(device.index()) : -1;
 
   if (bootstrap->world_rank() == 0) {
+    const std::string gpu = use_cuda ? comm::gpu_name(device.index()) : "";
+    const std::optional<train::PeakFlops> peak = train::resolve_peak_flops(0, gpu, precision, tf32);
     const double ms = 1e3;
     std::printf("# bench step: %s, %lld parameters (%.1f MB of float32 gradients) in %zu bucket(s) of "
-                "%lld MiB, batch %lld per rank, %d rank(s) on %s, backend %s\n"
-                "# median of %d timed steps after 3 untimed, slowest rank\n",
-                model_config.name.c_str(), static_cast<long long>(numel), numel * 4 / 1e6, buckets,
-                static_cast<long long>(bucket_mb), static_cast<long long>(batch), comm->size(),
-                device.str().c_str(), comm->backend().c_str(), steps);
-    std::printf("%-34s %10s %12s\n", "case", "ms", "samples/s");
+                "%lld MiB, batch %lld per rank, %d rank(s) on %s%s%s, backend %s, %s%s\n"
+                "# %.4g GFLOP per sample trained (3x forward); median of %d timed steps after 3 untimed, "
+                "slowest rank\n",
+                bench.config.name.c_str(), static_cast<long long>(numel), numel * 4 / 1e6, buckets,
+                static_cast<long long>(bucket_mb), static_cast<long long>(batch), comm->size(), device.str().c_str(),
+                gpu.empty() ? "" : " ", gpu.c_str(), comm->backend().c_str(), precision.c_str(),
+                use_cuda && precision == "fp32" ? (tf32 ? " (TF32)" : " (full float32)") : "",
+                flops_per_sample / 1e9, steps);
+    if (peak) std::printf("# MFU against %g TFLOP/s per device (%s)\n", peak->tflops, peak->source.c_str());
+    std::printf("%-34s %10s %12s %12s %14s %8s\n", "case", "ms", "samples/s", "tokens/s", "TFLOP/s/device", "MFU");
     const auto row = [&](const char* name, double seconds, bool rate) {
-      if (rate) {
-        std::printf("%-34s %10.3f %12.0f\n", name, seconds * ms, batch * comm->size() / seconds);
+      if (!rate) {
+        std::printf("%-34s %10.3f %12s %12s %14s %8s\n", name, seconds * ms, "-", "-", "-", "-");
+        return;
+      }
+      const double samples_per_s = batch * comm->size() / seconds;
+      const double tflops = train::model_tflops(batch / seconds, flops_per_sample);
+      std::printf("%-34s %10.3f %12.0f", name, seconds * ms, samples_per_s);
+      if (spec.token_ids) {
+        std::printf(" %12.0f", samples_per_s * static_cast<double>(spec.input_shape[0]));
       } else {
-        std::printf("%-34s %10.3f %12s\n", name, seconds * ms, "-");
+        std::printf(" %12s", "-");
+      }
+      std::printf(" %14.4g", tflops);
+      if (peak) {
+        std::printf(" %7.2f%%\n", 100.0 * train::mfu(tflops, 1, peak->tflops));
+      } else {
+        std::printf(" %8s\n", "-");
       }
     };
     row("forward+backward", compute_s, true);
@@ -145,6 +238,7 @@ int bench_step(const config::ParsedArgs& parsed) {
     std::printf("exposed communication: overlap off %.3f ms, on %.3f ms\n", (step_s[0] - compute_s) * ms,
                 (step_s[1] - compute_s) * ms);
     std::printf("buckets / one allreduce: %.2f\n", bucketed_s / flat_s);
+    if (gpu_memory >= 0) std::printf("GPU memory in use (driver's count): %.0f MiB\n", gpu_memory / 1048576.0);
   }
   log::shutdown();
   return 0;

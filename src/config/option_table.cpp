@@ -364,9 +364,21 @@ std::vector<Option> build_table() {
       row("train.peak_tflops", &C::train, &TrainConfig::peak_tflops, "0",
           "Peak TFLOP/s of one device in the training precision, against which the metrics' mfu "
           "(model FLOP utilization) is measured: model_tflops / (world size x this). 0: the dense "
-          "bf16/fp16 tensor-core peak of a known GPU (A100, H100, H200, GH200, B200) when training "
-          "in bf16 or fp16; otherwise no mfu (an fp32 peak depends on TF32, a CPU's on its cores).",
+          "tensor-core peak of a known GPU (A100, H100, H200, GH200, B200) for the training "
+          "precision (bf16/fp16, or TF32 for fp32 with train.tf32); otherwise no mfu (a CPU's "
+          "peak depends on its cores).",
           at_least(0.0)),
+      row("train.tf32", &C::train, &TrainConfig::tf32, "true",
+          "On CUDA GPUs from Ampere on, float32 matrix products and cuDNN convolutions run on TF32 "
+          "tensor cores (float32's range, a 10-bit mantissa; several times float32's rate), as "
+          "NVIDIA's PyTorch containers do by default; false computes them in full float32 "
+          "(PyTorch's own default for matrix products). No effect on a CPU, nor on what "
+          "bf16/fp16 autocast runs in half precision."),
+      row("train.cudnn_benchmark", &C::train, &TrainConfig::cudnn_benchmark, "false",
+          "cuDNN times its convolution algorithms for each new input shape and keeps the fastest "
+          "(torch.backends.cudnn.benchmark): faster steps for convolutional models on a GPU "
+          "after a slower first one per shape; results may then differ in the last bits from "
+          "run to run. No effect on a CPU."),
       row("train.label_smoothing", &C::train, &TrainConfig::label_smoothing, "0",
           "Label smoothing of the training loss (cross-entropy against (1-e) one-hot + e/classes).",
           in_unit_interval()),

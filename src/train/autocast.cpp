@@ -1,4 +1,4 @@
-#include "autocast.h"
+#include "hpctrain/train/autocast.h"
 
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
@@ -51,6 +51,12 @@ void set_dtype(c10::DeviceType device, at::ScalarType dtype) {
 }
 
 }  // namespace
+
+std::optional<at::ScalarType> autocast_dtype(const std::string& precision) {
+  if (precision == "bf16") return at::kBFloat16;
+  if (precision == "fp16") return at::kHalf;
+  return std::nullopt;
+}
 
 AutocastScope::AutocastScope(c10::DeviceType device, std::optional<at::ScalarType> dtype) : device_(device) {
   if (!dtype) return;

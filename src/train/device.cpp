@@ -1,5 +1,6 @@
 #include "hpctrain/train/device.h"
 
+#include <ATen/Context.h>
 #include <torch/cuda.h>
 
 #include <cstdlib>
@@ -58,6 +59,13 @@ c10::Device device_for_rank(bool use_cuda, const comm::Topology& topology, bool 
   if (!use_cuda) return compute_device(false, 0);
   return compute_device(true, gpu_for_local_rank(topology.local_rank, topology.local_size,
                                                  visible_gpus(), allow_shared_gpu));
+}
+
+void set_cuda_math(bool tf32, bool cudnn_benchmark) {
+  at::Context& context = at::globalContext();
+  context.setAllowTF32CuBLAS(tf32);
+  context.setAllowTF32CuDNN(tf32);
+  context.setBenchmarkCuDNN(cudnn_benchmark);
 }
 
 }  // namespace hpctrain::train

@@ -29,6 +29,7 @@
 #include "hpctrain/model/batch_norm.h"
 #include "hpctrain/model/flops.h"
 #include "hpctrain/model/model.h"
+#include "hpctrain/train/autocast.h"
 #include "hpctrain/train/device.h"
 #include "hpctrain/train/global_batch.h"
 #include "hpctrain/train/loss_scaler.h"
@@ -42,7 +43,6 @@
 #include "hpctrain/train/step_loss.h"
 #include "hpctrain/train/step_timing.h"
 #include "hpctrain/train/train_state.h"
-#include "autocast.h"
 
 namespace hpctrain::train {
 namespace {
@@ -219,7 +219,7 @@ struct Trainer::State {
     }
     training_flops = model::training_flops_per_sample(flops / static_cast<double>(input.size(0)));
     const std::string gpu = device.is_cuda() ? comm::gpu_name(device.index()) : "";
-    peak_flops = resolve_peak_flops(config().train.peak_tflops, gpu, config().train.precision);
+    peak_flops = resolve_peak_flops(config().train.peak_tflops, gpu, config().train.precision, config().train.tf32);
     const std::string unit = setup.language_model() ? "window" : "sample";
     log::info("model arithmetic: {}FLOP per {} forward, {}FLOP per {} trained (3x forward); MFU {}",
               flop_text(*training_flops / 3), unit, flop_text(*training_flops), unit,
@@ -485,10 +485,7 @@ void Trainer::State::train_epoch(std::int64_t epoch, const EpochPlan& plan, std:
   // The rest of the epoch's plan up front, so the loader can read ahead of the loop.
   const std::vector<data::SamplerStep> plans = plan.steps(epoch, cursor);
   const std::string& precision = config().train.precision;
-  const std::optional<at::ScalarType> autocast_dtype =
-      precision == "bf16"   ? std::optional<at::ScalarType>(at::kBFloat16)
-      : precision == "fp16" ? std::optional<at::ScalarType>(at::kHalf)
-                            : std::nullopt;
+  const std::optional<at::ScalarType> forward_dtype = autocast_dtype(precision);
   // An optimizer step is `accum` sampler steps (micro-batches); the epoch's last may have fewer.
   const auto micro_batches = static_cast<std::int64_t>(plans.size());
   const std::int64_t steps_per_epoch = (micro_batches + accum - 1) / accum;
@@ -532,7 +529,7 @@ void Trainer::State::train_epoch(std::int64_t epoch, const EpochPlan& plan, std:
       const at::Tensor weights = torch::tensor(micro.weights).to(device);
       at::Tensor logits;
       {
-        const AutocastScope autocast(device.type(), autocast_dtype);
+        const AutocastScope autocast(device.type(), forward_dtype);
         logits = forward(model_input(batch.input.to(device, /*non_blocking=*/true)));
       }
       const at::Tensor losses = per_sample_loss(logits, batch.target.to(device, /*non_blocking=*/true),

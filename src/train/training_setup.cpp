@@ -103,6 +103,7 @@ TrainingSetup prepare_training(const config::Config& config, bool need_train_spl
   check_optimizer_options(config.optim);
   check_schedule_options(config.optim);
   const int threads = configure_threads(config.train);
+  set_cuda_math(config.train.tf32, config.train.cudnn_benchmark);
   // Same seed everywhere: every rank builds identical initial weights (rank 0's are broadcast
   // anyway, so a rank with a different libtorch still starts from the same point).
   torch::manual_seed(static_cast<std::uint64_t>(config.train.seed));

@@ -133,6 +133,11 @@ TEST(Cli, BenchArgumentErrorsAreOneLineWithExitCode2) {
        {std::pair<std::string, std::string>{"bench comm --backend nccl", "nccl"},
         {"bench step --device tpu", "--device must be cpu or cuda"},
         {"bench step --device cuda", "use --device cpu"},
+        {"bench step --layers 2", "--layers is for --model gpt"},
+        {"bench step --model gpt --vocab 1", "--vocab >= 2"},
+        {"bench step --precision fp8", "--precision must be fp32, bf16 or fp16"},
+        {"bench step --precision fp16", "--precision fp16 needs --device cuda"},
+        {"bench step --tf32 yes", "--tf32 must be true or false"},
         {"bench comm --min-bytes 1KiB --max-bytes 512", "--min-bytes <= --max-bytes"},
         {"bench nothing", "expected 'data', 'comm' or 'step'"}}) {
     const ProcessResult r = run_command("env CUDA_VISIBLE_DEVICES= " + std::string(kBin) + " " + args);

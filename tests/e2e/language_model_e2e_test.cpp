@@ -126,6 +126,39 @@ TEST_F(LanguageModelEndToEnd, TrainsWithTokensPerSecondAndPerplexityAndEvaluates
               1e-5 * (*eval)["test_loss"].get<double>()) << reference.out;
 }
 
+// `bench step --model gpt` times the gpt that training builds, with the FLOPs training counts;
+// jobs/bench/torch_step.py, its PyTorch counterpart in gpu-verify.sh, builds the same network.
+TEST_F(LanguageModelEndToEnd, BenchStepTimesTheGptThatThePyTorchStepBuilds) {
+  const std::string sizes = " --layers 2 --heads 2 --embd 32 --block-size 16 --vocab 64 --batch-size 2 --steps 2";
+  const ProcessResult ours = run_command(mpirun(2) + kBin + " bench step --model gpt --precision bf16" + sizes);
+  ASSERT_EQ(ours.exit_code, 0) << ours.err;
+  const std::string header = "# bench step: gpt, ";
+  const size_t at = ours.out.find(header);
+  ASSERT_NE(at, std::string::npos) << ours.out;
+  const long parameters = std::stol(ours.out.substr(at + header.size()));
+  // 2 x (24 T d^2 + 4 T^2 d) + 2 T d V forward FLOPs a window (T 16, d 32, V 64), 3x trained.
+  EXPECT_NE(ours.out.find("# 0.002753 GFLOP per sample trained"), std::string::npos) << ours.out;
+  std::istringstream rows(ours.out);
+  std::string line;
+  while (std::getline(rows, line) && line.rfind("forward+backward", 0) != 0) {
+  }
+  std::istringstream row(line.substr(std::string("forward+backward").size()));
+  double ms = 0, samples = 0, tokens = 0, tflops = 0;
+  std::string mfu;
+  ASSERT_TRUE(row >> ms >> samples >> tokens >> tflops >> mfu) << ours.out;
+  EXPECT_NEAR(tokens, 16 * samples, 16.0) << line;  // rounded to whole numbers
+  const double expected_tflops = samples / 2 * 2752512 / 1e12;  // per device: half of 2 ranks' samples
+  EXPECT_NEAR(tflops, expected_tflops, 0.01 * expected_tflops) << line;
+  EXPECT_EQ(mfu, "-") << "no peak is known on a CPU: " << line;
+
+  const ProcessResult theirs =
+      run_command("/usr/bin/python3 " + kSource + "/jobs/bench/torch_step.py --device cpu --precision bf16" + sizes);
+  ASSERT_EQ(theirs.exit_code, 0) << theirs.err;
+  const json reference = json::parse(theirs.out);
+  EXPECT_EQ(reference["parameters"].get<long>(), parameters) << ours.out << theirs.out;
+  EXPECT_GT(reference["forward_backward_ms"].get<double>(), 0) << theirs.out;
+}
+
 TEST_F(LanguageModelEndToEnd, StoppedAndResumedEqualsUninterruptedAndContinuesOnThreeRanks) {
   const ProcessResult whole = run_command(train(2, "whole", "--train.max_steps=24 --data.eval_split="));
   ASSERT_EQ(whole.exit_code, 0) << whole.err;

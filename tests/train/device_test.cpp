@@ -1,5 +1,6 @@
 #include "hpctrain/train/device.h"
 
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -72,6 +73,18 @@ TEST(Device, ThisCpuBuildRunsOnTheCpuUnderAuto) {
   EXPECT_FALSE(resolve_use_cuda("auto", visible_gpus()));
   comm::Topology topology;
   EXPECT_EQ(device_for_rank(false, topology, false).str(), "cpu");
+}
+
+TEST(Device, CudaMathSwitchesReachLibtorch) {
+  const at::Context& context = at::globalContext();
+  set_cuda_math(true, true);
+  EXPECT_TRUE(context.allowTF32CuBLAS());
+  EXPECT_TRUE(context.allowTF32CuDNN());
+  EXPECT_TRUE(context.benchmarkCuDNN());
+  set_cuda_math(false, false);
+  EXPECT_FALSE(context.allowTF32CuBLAS());
+  EXPECT_FALSE(context.allowTF32CuDNN());
+  EXPECT_FALSE(context.benchmarkCuDNN());
 }
 
 }  // namespace

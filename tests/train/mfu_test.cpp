@@ -18,20 +18,26 @@ TEST(Mfu, KnownGpusAreFoundByTheirCudaNames) {
   EXPECT_FALSE(known_gpu_peak_tflops("").has_value());
 }
 
-TEST(Mfu, ThePeakIsTheOptionElseAKnownGpuInHalfPrecision) {
-  const auto set = resolve_peak_flops(50, "", "fp32");
+TEST(Mfu, ThePeakIsTheOptionElseAKnownGpusForThePrecision) {
+  const auto set = resolve_peak_flops(50, "", "fp32", false);
   ASSERT_TRUE(set.has_value());
   EXPECT_EQ(set->tflops, 50);
   EXPECT_EQ(set->source, "train.peak_tflops");
-  const auto h100 = resolve_peak_flops(0, "NVIDIA H100 80GB HBM3", "bf16");
+  const auto h100 = resolve_peak_flops(0, "NVIDIA H100 80GB HBM3", "bf16", true);
   ASSERT_TRUE(h100.has_value());
   EXPECT_EQ(h100->tflops, 989.4);
   EXPECT_EQ(h100->source, "NVIDIA H100 80GB HBM3, dense bf16");
-  EXPECT_TRUE(resolve_peak_flops(0, "NVIDIA A100-SXM4-80GB", "fp16").has_value());
-  // fp32 (TF32 or not?), a CPU, an unknown GPU: no peak unless given.
-  EXPECT_FALSE(resolve_peak_flops(0, "NVIDIA H100 80GB HBM3", "fp32").has_value());
-  EXPECT_FALSE(resolve_peak_flops(0, "", "bf16").has_value());
-  EXPECT_FALSE(resolve_peak_flops(0, "NVIDIA GeForce RTX 4090", "bf16").has_value());
+  EXPECT_TRUE(resolve_peak_flops(0, "NVIDIA A100-SXM4-80GB", "fp16", false).has_value());
+  // fp32 on TF32 tensor cores: half the bf16 rate.
+  const auto tf32 = resolve_peak_flops(0, "NVIDIA A100-SXM4-80GB", "fp32", true);
+  ASSERT_TRUE(tf32.has_value());
+  EXPECT_EQ(tf32->tflops, 156.0);
+  EXPECT_EQ(tf32->source, "NVIDIA A100-SXM4-80GB, dense tf32");
+  // Full float32, a CPU, an unknown GPU: no peak unless given.
+  EXPECT_FALSE(resolve_peak_flops(0, "NVIDIA H100 80GB HBM3", "fp32", false).has_value());
+  EXPECT_FALSE(resolve_peak_flops(0, "", "bf16", true).has_value());
+  EXPECT_FALSE(resolve_peak_flops(0, "", "fp32", true).has_value());
+  EXPECT_FALSE(resolve_peak_flops(0, "NVIDIA GeForce RTX 4090", "bf16", true).has_value());
 }
 
 TEST(Mfu, UtilizationIsTheJobsRateOverAllDevicesPeaks) {

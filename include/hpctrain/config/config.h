@@ -75,6 +75,8 @@ struct TrainConfig {
   std::string nonfinite;  // skip | abort: a step whose gradients hold inf or NaN
   std::int64_t max_skipped = 20;  // skipped steps in a row before the run stops
   double peak_tflops = 0.0;  // one device's peak, for MFU; 0: a known GPU's, or none
+  bool tf32 = true;              // CUDA float32 products and convolutions on TF32 tensor cores
+  bool cudnn_benchmark = false;  // cuDNN picks convolution algorithms by timing them
   bool shuffle = true;
   bool drop_last = false;
 };

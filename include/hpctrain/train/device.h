@@ -30,4 +30,10 @@ c10::Device compute_device(bool use_cuda, int gpu);
 // The device of this rank once MPI knows its node-local rank. Throws ConfigError as above.
 c10::Device device_for_rank(bool use_cuda, const comm::Topology& topology, bool allow_shared_gpu);
 
+// The float32 math of CUDA kernels, process-wide in libtorch: `tf32` lets cuBLAS and cuDNN run
+// float32 products and convolutions on TF32 tensor cores (train.tf32); `cudnn_benchmark` has
+// cuDNN time its convolution algorithms per input shape (train.cudnn_benchmark). Flags only:
+// harmless on a CPU-only libtorch.
+void set_cuda_math(bool tf32, bool cudnn_benchmark);
+
 }  // namespace hpctrain::train

@@ -18,10 +18,11 @@ struct PeakFlops {
 std::optional<double> known_gpu_peak_tflops(const std::string& gpu_name);
 
 // What MFU is measured against: `option` (train.peak_tflops) when > 0; else a known GPU's peak
-// when `precision` is bf16 or fp16; else none (fp32's peak depends on TF32, a CPU's on its cores).
-// `gpu_name` is "" on a CPU.
+// for `precision` bf16 or fp16, or its TF32 peak (half that) for fp32 with `tf32` (train.tf32);
+// else none (full float32 runs on other units, a CPU's peak depends on its cores). `gpu_name` is
+// "" on a CPU.
 std::optional<PeakFlops> resolve_peak_flops(double option, const std::string& gpu_name,
-                                            const std::string& precision);
+                                            const std::string& precision, bool tf32);
 
 // Model TFLOP/s of the whole job from its samples per second and the training FLOPs of a sample.
 inline double model_tflops(double samples_per_s, double training_flops_per_sample) {
