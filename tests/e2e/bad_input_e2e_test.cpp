@@ -179,7 +179,7 @@ void write_future_format_version(const std::string& path) {
   const std::string scratch = path + ".future";
   fs::create_directories(scratch);
   fs::rename(ckpt::write_checkpoint(scratch, future), path);
-  fs::remove_all(scratch);
+  sys::remove_tree(scratch);
   std::string refusal;
   try {
     ckpt::CheckpointReader reader(path);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "fuzz_target.h"
+#include "hpctrain/core/system.h"
 #include "hpctrain/io/open_objects.h"
 
 namespace hpctrain::fuzz {
@@ -26,8 +27,11 @@ struct ScratchDir {
     fs::create_directories(path);
   }
   ~ScratchDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
+    try {
+      hpctrain::sys::remove_tree(path);
+    } catch (const std::exception&) {
+      // A scratch directory left in /tmp is harmless.
+    }
   }
 };
 
