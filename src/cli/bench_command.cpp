@@ -5,6 +5,7 @@
 #include "bench.h"
 #include "hpctrain/cli/commands.h"
 #include "hpctrain/core/error.h"
+#include "hpctrain/core/system.h"
 #include "runtime.h"
 
 namespace hpctrain::cli {
@@ -27,6 +28,7 @@ int run_bench(const Args& args) {
     return 0;
   }
   const config::ParsedArgs parsed = config::parse_args(args, flags, /*with_options=*/false, false);
+  sys::tune_allocator();  // measure with the allocator settings training runs with
   if (parsed.positionals.size() == 1 && what == "data") return bench_data(parsed);
   if (parsed.positionals.size() == 1 && what == "comm") return bench_comm(parsed);
   if (parsed.positionals.size() == 1 && what == "step") return bench_step(parsed);

@@ -57,7 +57,9 @@ std::int64_t block_bytes(const FieldSpec& input) { return chunk_rows(input) * (m
 // it is also published as a plain pointer (`resident`) that gather reads without taking the lock.
 struct Split::State {
   struct Block {
-    std::unique_ptr<std::uint8_t[]> input;  // rows in memory dtype, back to back (not zeroed first)
+    // Rows in memory dtype, back to back (not zeroed first); room for a whole stored chunk, so that
+    // io reads it in place (Note [Raw chunk reads]).
+    std::unique_ptr<std::uint8_t[]> input;
     std::vector<std::int64_t> labels;
   };
   struct Shard {
@@ -95,9 +97,10 @@ struct Split::State {
     auto loaded = std::make_shared<Block>();
     const std::int64_t first = b * block_rows;
     const std::int64_t rows = std::min(block_rows, shard.samples - first);
-    loaded->input.reset(new std::uint8_t[static_cast<size_t>(rows * row_bytes)]);
+    const std::int64_t input_bytes = std::max(rows * row_bytes, shard.input.raw_chunk_bytes());
+    loaded->input.reset(new std::uint8_t[static_cast<size_t>(input_bytes)]);
     loaded->labels.resize(static_cast<size_t>(rows));
-    shard.input.read_rows(memory_dtype(input_field.dtype), first, rows, loaded->input.get());
+    shard.input.read_rows(memory_dtype(input_field.dtype), first, rows, loaded->input.get(), input_bytes);
     shard.label.read_rows(io::DType::kInt64, first, rows, loaded->labels.data());
     check_labels(loaded->labels.data(), rows);
     ++blocks_read;

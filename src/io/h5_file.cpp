@@ -387,8 +387,9 @@ H5Dataset::~H5Dataset() {
   if (id_ >= 0) H5Dclose(id_);
 }
 
-void H5Dataset::read_rows(DType dtype, std::int64_t first, std::int64_t count, void* out) const {
-  if (dtype == info_.dtype && read_chunk_raw(first, count, out)) return;
+void H5Dataset::read_rows(DType dtype, std::int64_t first, std::int64_t count, void* out,
+                          std::int64_t out_bytes) const {
+  if (dtype == info_.dtype && read_chunk_raw(first, count, out, out_bytes)) return;
   const LibraryLock lock;
   read_rows_of(id_, where_, code_, dtype, first, count, out);
 }
@@ -399,16 +400,19 @@ void H5Dataset::read_rows(DType dtype, std::int64_t first, std::int64_t count, v
 // raw read. A read of exactly one chunk whose only filter is the checksum is instead read as the
 // stored bytes (H5Dread_chunk) into a buffer of the calling thread, then, outside io's lock (so
 // loader threads check chunks in parallel), checked with io::fletcher32 (the same value, several
-// times faster) and copied out. Compression, a type conversion, rows across chunks, or a chunk
-// HDF5 stored unfiltered all take H5Dread, as does any build without H5Dread_chunk.
-bool H5Dataset::read_chunk_raw(std::int64_t first, std::int64_t count, void* out) const {
+// times faster) and copied out. Where the caller has room for the stored chunk, it is read
+// straight into the caller's memory, checksum included, and nothing is copied: the data loader's
+// blocks are allocated so (a copy of fresh memory cost as much as the read and the checksum
+// together). Compression, a type conversion, rows across chunks, or a chunk HDF5 stored
+// unfiltered all take H5Dread, as does any build without H5Dread_chunk.
+bool H5Dataset::read_chunk_raw(std::int64_t first, std::int64_t count, void* out, std::int64_t out_bytes) const {
 #if H5_VERSION_GE(1, 10, 3) && !H5_VERSION_GE(2, 0, 0)
   if (chunk_rows_ == 0 || count <= 0 || first % chunk_rows_ != 0 ||
       count != std::min(chunk_rows_, info_.shape[0] - first)) {
     return false;
   }
-  constexpr std::int64_t kChecksumBytes = 4;
-  thread_local std::vector<unsigned char> chunk;  // one chunk per reading thread, reused
+  thread_local std::vector<unsigned char> buffer;  // one chunk per reading thread, reused
+  unsigned char* chunk = nullptr;
   {
     const LibraryLock lock;
     std::vector<hsize_t> offset(info_.shape.size(), 0);
@@ -419,30 +423,36 @@ bool H5Dataset::read_chunk_raw(std::int64_t first, std::int64_t count, void* out
       H5Eclear2(H5E_DEFAULT);
       return false;  // not allocated, or not as expected: H5Dread decides
     }
-    chunk.resize(static_cast<size_t>(stored_bytes));
+    if (out_bytes >= static_cast<std::int64_t>(stored_bytes)) {
+      chunk = static_cast<unsigned char*>(out);
+    } else {
+      buffer.resize(static_cast<size_t>(stored_bytes));
+      chunk = buffer.data();
+    }
     std::uint32_t skipped_filters = 0;
-    if (H5Dread_chunk(id_, H5P_DEFAULT, offset.data(), &skipped_filters, chunk.data()) < 0) {
+    if (H5Dread_chunk(id_, H5P_DEFAULT, offset.data(), &skipped_filters, chunk) < 0) {
       throw Error(where_ + ": cannot read rows " + std::to_string(first) + "-" + std::to_string(first + count - 1) +
                       " (corrupted or truncated?): " + hdf5_message(),
                   code_);
     }
     if (skipped_filters != 0) return false;
   }
-  const unsigned char* sum = chunk.data() + chunk_bytes_;
+  const unsigned char* sum = chunk + chunk_bytes_;
   const std::uint32_t stored_sum = static_cast<std::uint32_t>(sum[0]) | static_cast<std::uint32_t>(sum[1]) << 8 |
                                    static_cast<std::uint32_t>(sum[2]) << 16 | static_cast<std::uint32_t>(sum[3]) << 24;
-  if (!fletcher32_matches(stored_sum, fletcher32(chunk.data(), static_cast<size_t>(chunk_bytes_)))) {
+  if (!fletcher32_matches(stored_sum, fletcher32(chunk, static_cast<size_t>(chunk_bytes_)))) {
     throw Error(where_ + ": rows " + std::to_string(first) + "-" + std::to_string(first + count - 1) +
                     " fail their fletcher32 checksum: the file is corrupted; restore or re-create it",
                 code_);
   }
-  std::memcpy(out, chunk.data(), static_cast<size_t>(count * (chunk_bytes_ / chunk_rows_)));
+  if (chunk != out) std::memcpy(out, chunk, static_cast<size_t>(count * (chunk_bytes_ / chunk_rows_)));
   ++raw_chunk_reads_;
   return true;
 #else
   (void)first;
   (void)count;
   (void)out;
+  (void)out_bytes;
   return false;
 #endif
 }

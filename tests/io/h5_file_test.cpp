@@ -184,6 +184,19 @@ TEST(H5Dataset, ReadsWholeChunksRawAndChecksThem) {
   deflated.read_rows(DType::kUInt8, 5, 5, got.data());
   EXPECT_TRUE(std::equal(got.begin(), got.begin() + 35, rows.begin() + 35));
   EXPECT_EQ(deflated.raw_chunk_reads(), 0);
+  EXPECT_EQ(deflated.raw_chunk_bytes(), 0);
+
+  // With room for a stored chunk (5 rows and the 4-byte checksum), a chunk is read in place: its
+  // rows land where asked, and the room past them holds what the file stores after them.
+  ASSERT_EQ(bytes.raw_chunk_bytes(), 5 * 7 + 4);
+  for (std::int64_t first = 0; first < 23; first += 5) {
+    std::vector<std::uint8_t> room(5 * 7 + 4, 0xAA);
+    const std::int64_t count = std::min<std::int64_t>(5, 23 - first);
+    bytes.read_rows(DType::kUInt8, first, count, room.data(), static_cast<std::int64_t>(room.size()));
+    EXPECT_TRUE(std::equal(room.begin(), room.begin() + count * 7, rows.begin() + first * 7)) << first;
+    EXPECT_NE(std::vector<std::uint8_t>(room.begin() + 35, room.end()), std::vector<std::uint8_t>(4, 0xAA)) << first;
+  }
+  EXPECT_EQ(bytes.raw_chunk_reads(), 10);
   fs::remove(path);
 }
 
@@ -192,23 +205,25 @@ TEST(H5Dataset, RawChunkReadNamesTheRowsWhoseChecksumFails) {
   write_with_a_flipped_byte(path, 16);  // four chunks, one of them damaged
   const H5File file = H5File::open_read(path, ExitCode::kData);
   const H5Dataset set = file.open_dataset("bytes", 0);
-  std::vector<std::uint8_t> out(16 * 1024);
+  // In place (room for the stored chunk) or through io's buffer, the damaged chunk is found.
+  std::vector<std::uint8_t> out(16 * 1024 + 4);
   int failures = 0;
-  for (std::int64_t first = 0; first < 64; first += 16) {
+  for (std::int64_t first = 0; first < 128; first += 16) {
     try {
-      set.read_rows(DType::kUInt8, first, 16, out.data());
+      const bool in_place = first >= 64;
+      set.read_rows(DType::kUInt8, first % 64, 16, out.data(), in_place ? static_cast<std::int64_t>(out.size()) : 0);
     } catch (const Error& e) {
       ++failures;
       EXPECT_EQ(e.code(), ExitCode::kData);
       const std::string message = e.what();
-      EXPECT_NE(message.find(path + ": dataset 'bytes': rows " + std::to_string(first) + "-" +
-                             std::to_string(first + 15) + " fail their fletcher32 checksum"),
+      EXPECT_NE(message.find(path + ": dataset 'bytes': rows " + std::to_string(first % 64) + "-" +
+                             std::to_string(first % 64 + 15) + " fail their fletcher32 checksum"),
                 std::string::npos)
           << message;
     }
   }
-  EXPECT_EQ(failures, 1);
-  EXPECT_EQ(set.raw_chunk_reads(), 3);
+  EXPECT_EQ(failures, 2);
+  EXPECT_EQ(set.raw_chunk_reads(), 6);
   fs::remove(path);
 }
 

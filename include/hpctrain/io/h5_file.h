@@ -48,15 +48,20 @@ class H5Dataset {
   const DatasetInfo& info() const { return info_; }
   // Reads rows [first, first + count) of the first dimension, converting to `dtype`. Rows that
   // are exactly one chunk, stored with a checksum and nothing else, are read raw and checked here
-  // (Note [Raw chunk reads]).
-  void read_rows(DType dtype, std::int64_t first, std::int64_t count, void* out) const;
+  // (Note [Raw chunk reads]): straight into `out` when `out_bytes` (the room at `out`) is at least
+  // raw_chunk_bytes(), else through a buffer of the calling thread and copied.
+  void read_rows(DType dtype, std::int64_t first, std::int64_t count, void* out, std::int64_t out_bytes = 0) const;
+  // The stored size of one chunk read raw: its rows and a 4-byte checksum; 0 when chunks are not
+  // read raw.
+  std::int64_t raw_chunk_bytes() const { return chunk_rows_ > 0 ? chunk_bytes_ + kChecksumBytes : 0; }
   // How many of the reads so far took the raw chunk path.
   std::int64_t raw_chunk_reads() const { return raw_chunk_reads_.load(); }
 
  private:
   friend class H5File;
   H5Dataset(std::int64_t id, std::string where, ExitCode code, DatasetInfo info);
-  bool read_chunk_raw(std::int64_t first, std::int64_t count, void* out) const;
+  bool read_chunk_raw(std::int64_t first, std::int64_t count, void* out, std::int64_t out_bytes) const;
+  static constexpr std::int64_t kChecksumBytes = 4;  // fletcher32's, after a chunk's data
 
   std::int64_t id_ = -1;  // hid_t
   std::string where_;     // "file: dataset" for messages
