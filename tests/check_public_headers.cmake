@@ -1,16 +1,7 @@
 # Public headers must not pull in MPI, NCCL, CUDA, HDF5 or Boost: those stay inside their modules'
 # .cpp files so every user of a header builds without them (DESIGN.md, "Keeping the build whole").
-file(GLOB_RECURSE headers ${INCLUDE_DIR}/*.h)
-set(bad "")
-foreach(header ${headers})
-  file(STRINGS ${header} lines REGEX "^[ \t]*#[ \t]*include[ \t]*<(mpi|nccl|cuda|cuda_runtime|hdf5|H5[A-Za-z]*|boost/)")
-  if(lines)
-    list(APPEND bad "${header}: ${lines}")
-  endif()
-endforeach()
-if(bad)
-  string(REPLACE ";" "\n" bad "${bad}")
-  message(FATAL_ERROR "public headers include forbidden headers:\n${bad}")
-endif()
-list(LENGTH headers count)
-message(STATUS "${count} public headers checked")
+include(${CMAKE_CURRENT_LIST_DIR}/forbidden_lines.cmake)
+forbid_lines("public headers"
+             "^[ \t]*#[ \t]*include[ \t]*<(mpi|nccl|cuda|cuda_runtime|hdf5|H5[A-Za-z]*|boost/)"
+             "public headers include forbidden headers"
+             ${INCLUDE_DIR}/*.h)

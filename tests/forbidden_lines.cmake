@@ -1,0 +1,18 @@
+# forbid_lines(WHAT REGEX WHY GLOB...): fails, listing each offending file and line, when a line of
+# a file matched by the GLOBs matches REGEX; WHAT names the files in the closing status line.
+function(forbid_lines what regex why)
+  file(GLOB_RECURSE files ${ARGN})
+  set(bad "")
+  foreach(file ${files})
+    file(STRINGS ${file} lines REGEX "${regex}")
+    if(lines)
+      list(APPEND bad "${file}: ${lines}")
+    endif()
+  endforeach()
+  if(bad)
+    string(REPLACE ";" "\n" bad "${bad}")
+    message(FATAL_ERROR "${why}:\n${bad}")
+  endif()
+  list(LENGTH files count)
+  message(STATUS "${count} ${what} checked")
+endfunction()
