@@ -46,7 +46,8 @@ from torch_reference import read_idx  # noqa: E402
 
 FASHION_MEAN, FASHION_STD = 0.2860, 0.3530  # what `hpctrain prepare fashion-mnist` records
 # PyTorch 2 fuses causal attention into one kernel, as hpctrain built against libtorch 2 does; 1.13
-# computes it step by step, as hpctrain does there. Either way the result is the same.
+# computes it step by step, as hpctrain does there. Both compute the same function (up to
+# rounding; with dropout the two draw different masks).
 FUSED_ATTENTION = hasattr(F, "scaled_dot_product_attention")
 
 

@@ -41,7 +41,8 @@ const char* const kStepUsage =
     "overlap off and on. 3 untimed steps, then --steps timed ones; medians over steps, of the\n"
     "slowest rank. exposed = step - forward+backward: the communication the step waits for. With\n"
     "one rank GradSync has nothing to do and adds nothing. --precision and --tf32 act as\n"
-    "train.precision and train.tf32 do. Model TFLOP/s per device: the FLOPs training counts\n"
+    "train.precision and train.tf32 do (fp16 without loss scaling: the step is timed, not\n"
+    "trained). Model TFLOP/s per device: the FLOPs training counts\n"
     "(3x the first forward's) over the case's time; MFU against the peak train.peak_tflops\n"
     "would use on a known GPU (none on a CPU or in full float32).\n";
 
@@ -93,6 +94,10 @@ BenchModel bench_model(const config::ParsedArgs& parsed) {
   const std::int64_t vocab = int_flag(parsed, "bench step", "vocab", "50257");
   if (m.gpt_layers < 1 || m.gpt_heads < 1 || m.gpt_embd < 1 || m.gpt_block_size < 1 || vocab < 2) {
     throw ConfigError("bench step: --layers, --heads, --embd and --block-size must be >= 1 and --vocab >= 2");
+  }
+  if (m.gpt_embd % m.gpt_heads != 0) {
+    throw ConfigError("bench step: --embd " + std::to_string(m.gpt_embd) + " must be a multiple of --heads " +
+                      std::to_string(m.gpt_heads) + " (each head gets embd / heads channels)");
   }
   bench.spec = {{m.gpt_block_size}, vocab, /*token_ids=*/true};
   bench.default_batch = 8;

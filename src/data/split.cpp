@@ -57,8 +57,8 @@ std::int64_t block_bytes(const FieldSpec& input) { return chunk_rows(input) * (m
 // it is also published as a plain pointer (`resident`) that gather reads without taking the lock.
 struct Split::State {
   struct Block {
-    // Rows in memory dtype, back to back (not zeroed first); room for a whole stored chunk, so that
-    // io reads it in place (Note [Raw chunk reads]).
+    // Rows in memory dtype, back to back (not zeroed first). A block read from a file whose chunks
+    // are the blocks has room for the stored chunk, so io reads it in place (Note [Raw chunk reads]).
     std::unique_ptr<std::uint8_t[]> input;
     std::vector<std::int64_t> labels;
   };
@@ -97,7 +97,9 @@ struct Split::State {
     auto loaded = std::make_shared<Block>();
     const std::int64_t first = b * block_rows;
     const std::int64_t rows = std::min(block_rows, shard.samples - first);
-    const std::int64_t input_bytes = std::max(rows * row_bytes, shard.input.raw_chunk_bytes());
+    const std::int64_t input_bytes = shard.input.raw_chunk_rows() == block_rows
+                                         ? std::max(rows * row_bytes, shard.input.raw_chunk_bytes())
+                                         : rows * row_bytes;
     loaded->input.reset(new std::uint8_t[static_cast<size_t>(input_bytes)]);
     loaded->labels.resize(static_cast<size_t>(rows));
     shard.input.read_rows(memory_dtype(input_field.dtype), first, rows, loaded->input.get(), input_bytes);

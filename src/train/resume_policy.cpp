@@ -15,8 +15,9 @@ namespace {
 // "section.key" options that may change between a checkpoint and its resume: run length, logging,
 // checkpointing, and how data is read, none of which changes what is computed (nor do the
 // starting loss scale, since a resume continues the checkpoint's, what a non-finite step does,
-// and the peak MFU is measured against). The GPU's float32 shortcuts (TF32, cuDNN's algorithm
-// choice) change results in the last bits only, as resuming on another GPU model does.
+// and the peak MFU is measured against). The GPU's float32 shortcuts (TF32 rounds the inputs of
+// products to a 10-bit mantissa, about 1e-3 relative; cuDNN's algorithm choice) change results
+// slightly, as resuming on another GPU model does, not what is trained.
 bool free_to_change(const std::string& key) {
   static const std::set<std::string> keys{
       "run.dir",          "train.epochs",        "train.max_steps",    "train.threads",

@@ -71,10 +71,14 @@ Trainer::Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory r
   std::int64_t count = 0;
   for (const auto& p : parameters) count += p.numel();
   const size_t frozen = module.parameters().size() - parameters.size();
-  log::info("model {}: {} parameters in {} tensors{}, {} buffers; device {}, backend {}, {} rank(s)",
+  // On a GPU, say which float32 math runs (train.tf32), since it changes results slightly.
+  const std::string math = !s.device.is_cuda() ? ""
+                           : s.config().train.tf32 ? " (float32 products on TF32 tensor cores: train.tf32)"
+                                                   : " (full float32: train.tf32=false)";
+  log::info("model {}: {} parameters in {} tensors{}, {} buffers; device {}{}, backend {}, {} rank(s)",
             s.config().model.name, count, parameters.size(),
             frozen > 0 ? fmt::format(" ({} frozen tensors besides)", frozen) : "", s.buffers.size(), s.device.str(),
-            s.comm->backend(), s.comm->size());
+            math, s.comm->backend(), s.comm->size());
   for (const auto& tied : s.net().tied_parameters()) {
     log::info("tied weights: '{}' is '{}' (trained once, stored under both names)", tied.name, tied.same_as);
   }

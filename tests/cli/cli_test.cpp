@@ -135,6 +135,7 @@ TEST(Cli, BenchArgumentErrorsAreOneLineWithExitCode2) {
         {"bench step --device cuda", "use --device cpu"},
         {"bench step --layers 2", "--layers is for --model gpt"},
         {"bench step --model gpt --vocab 1", "--vocab >= 2"},
+        {"bench step --model gpt --embd 100", "--embd 100 must be a multiple of --heads 12"},
         {"bench step --precision fp8", "--precision must be fp32, bf16 or fp16"},
         {"bench step --precision fp16", "--precision fp16 needs --device cuda"},
         {"bench step --tf32 yes", "--tf32 must be true or false"},

@@ -54,6 +54,8 @@ class H5Dataset {
   // The stored size of one chunk read raw: its rows and a 4-byte checksum; 0 when chunks are not
   // read raw.
   std::int64_t raw_chunk_bytes() const { return chunk_rows_ > 0 ? chunk_bytes_ + kChecksumBytes : 0; }
+  // Rows per chunk read raw; 0 when chunks are not read raw.
+  std::int64_t raw_chunk_rows() const { return chunk_rows_; }
   // How many of the reads so far took the raw chunk path.
   std::int64_t raw_chunk_reads() const { return raw_chunk_reads_.load(); }
 
