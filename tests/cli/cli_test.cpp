@@ -140,6 +140,8 @@ TEST(Cli, BenchArgumentErrorsAreOneLineWithExitCode2) {
         {"bench step --precision fp16", "--precision fp16 needs --device cuda"},
         {"bench step --tf32 yes", "--tf32 must be true or false"},
         {"bench comm --min-bytes 1KiB --max-bytes 512", "--min-bytes <= --max-bytes"},
+        {"bench data --layers 4", "unknown option '--layers'"},  // bench step's, not bench data's
+        {"bench step extra", "bench step: unexpected argument 'extra'"},
         {"bench nothing", "expected 'data', 'comm' or 'step'"}}) {
     const ProcessResult r = run_command("env CUDA_VISIBLE_DEVICES= " + std::string(kBin) + " " + args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
