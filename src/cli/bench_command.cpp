@@ -18,7 +18,7 @@ int run_bench(const Args& args) {
   const std::map<std::string, std::vector<config::Flag>> flags{
       {"data",
        {{"data", true, ""}, {"split", true, ""}, {"batch-size", true, ""}, {"repeats", true, ""},
-        {"cache-mb", true, ""}, {"io", false, ""}, {"shuffle-window-mb", true, ""}, {"cold", false, ""},
+        {"cache-mb", true, ""}, {"io", false, ""}, {"shuffle-window-mb", true, ""}, {"cold", false, ""}, {"data-io", true, ""},
         {"prefetch", true, ""}}},
       {"comm",
        {{"backend", true, ""}, {"min-bytes", true, ""}, {"max-bytes", true, ""}, {"iters", true, ""},

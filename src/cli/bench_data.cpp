@@ -30,7 +30,8 @@ namespace {
 
 const char* const kDataUsage =
     "usage: hpctrain bench data --data PATH [--split train] [--batch-size 64] [--repeats 3]\n"
-    "                           [--prefetch 4] [--cache-mb 256] [--shuffle-window-mb N] [--cold]\n\n"
+    "                           [--prefetch 4] [--cache-mb 256] [--shuffle-window-mb N] [--cold]\n"
+    "                           [--data-io mmap|posix]\n\n"
     "Reads the split with hpctrain's loader (data.prefetch=--prefetch) in sequential and in shuffled\n"
     "order, with 1 and with 2 reader threads (1T, 2T), in batches of --batch-size, and reads\n"
     "the same shard files raw with read(2), 4 MiB at a time. The loader's first pass in file\n"
@@ -42,6 +43,9 @@ const char* const kDataUsage =
     "data.shuffle_window_mb=N does (with a --cache-mb smaller than the split, this is the\n"
     "case it is for). --cold drops the shard files from the page cache (posix_fadvise\n"
     "DONTNEED) before every pass, raw reads included, so reads come from the device.\n"
+    "--data-io acts as data.io does (default mmap: the shard files mapped, blocks read in place\n"
+    "from the page cache, only their labels counted against --cache-mb; posix: blocks read\n"
+    "through HDF5 into memory).\n"
     "The check compares the label sum of every pass with the one in file order, so a lost or\n"
     "repeated sample fails the run.\n\n"
     "usage: mpirun -np N hpctrain bench data --data PATH --io [--split train] [--repeats 3]\n\n"
@@ -90,6 +94,11 @@ int bench_data(const config::ParsedArgs& parsed) {
   const std::int64_t window_mb = int_flag(parsed, "bench data", "shuffle-window-mb", "0");
   const auto prefetch = static_cast<int>(int_flag(parsed, "bench data", "prefetch", "4"));
   const bool cold = parsed.has("cold");
+  const std::string data_io = parsed.has("data-io") ? parsed.flags.at("data-io") : "mmap";
+  if (data_io != "mmap" && data_io != "posix") {
+    throw ConfigError("bench data: --data-io must be mmap or posix (mpio: --io), not '" + data_io + "'");
+  }
+  const data::ShardAccess access = data_io == "mmap" ? data::ShardAccess::kMap : data::ShardAccess::kRead;
   if (batch < 1 || repeats < 1 || prefetch < 1) {
     throw ConfigError("bench data: --batch-size, --repeats and --prefetch must be >= 1");
   }
@@ -99,7 +108,7 @@ int bench_data(const config::ParsedArgs& parsed) {
   }
   if (parsed.has("io")) return bench_data_io(dir, split_name, cache_mb, repeats);
 
-  const data::Split split = data::Split::load(dir, split_name, cache_mb << 20);
+  const data::Split split = data::Split::load(dir, split_name, cache_mb << 20, access);
   const data::Manifest& m = split.manifest();
   const std::int64_t n = split.size();
   const std::int64_t sample_bytes = data::row_bytes(m.fields.front()) + 8;  // input + int64 label
@@ -173,15 +182,19 @@ int bench_data(const config::ParsedArgs& parsed) {
 
   const double raw_mbps = raw_bytes / raw_s / 1e6;
   std::printf("# bench data: %s split %s, %lld samples of %lld bytes, batch %lld, prefetch %d,\n"
-              "# 1 or 2 reader threads (1T, 2T); %s; %s;\n"
+              "# 1 or 2 reader threads (1T, 2T); %s%s; %s;\n"
               "# median of %d timed passes after 1 untimed pass; MB/s = delivered bytes / time\n",
               dir.c_str(), split_name.c_str(), static_cast<long long>(n),
               static_cast<long long>(sample_bytes), static_cast<long long>(batch), prefetch,
+              split.maps_files() ? "shard files mapped (data.io=mmap), " : "files read (data.io=posix), ",
               split.caches_blocks()
                   ? "split held in memory after its first read"
                   : ("split larger than --cache-mb: " + std::to_string(split.blocks_held_at_most()) +
                      " blocks held").c_str(),
               cold ? "page cache dropped before every pass (--cold)" : "page cache as it is", repeats);
+  if (!split.why_not_mapped().empty()) {
+    std::printf("# data.io=mmap does not apply: %s; the files are read\n", split.why_not_mapped().c_str());
+  }
   std::printf("%-24s %12s %10s %10s %12s\n", "case", "samples/s", "MB/s", "% of raw", "blocks/pass");
   std::printf("%-24s %12s %10.1f %10s %12s\n", "raw sequential read", "-", raw_mbps, "100.0", "-");
   for (const Case& c : cases) {

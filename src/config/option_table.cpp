@@ -200,11 +200,15 @@ std::vector<Option> build_table() {
           "copying samples into batches runs in parallel, which pays when batches come from "
           "memory (bench data shows both).",
           at_least<I>(1)),
-      row("data.io", &C::data, &DataConfig::io, "posix",
-          "How a split held in memory is read: posix, each rank reading the blocks it needs as "
-          "batches first touch them; mpio, all ranks reading it together before training through "
-          "MPI-IO, every byte once (docs/dataset-format.md).",
-          one_of({"posix", "mpio"})),
+      row("data.io", &C::data, &DataConfig::io, "mmap",
+          "How a sample split is read: mmap, each rank mapping the shard files and reading the "
+          "blocks it needs from the page cache as batches first touch them, one copy per node "
+          "shared by its ranks, whose inputs take no room in data.cache_mb; posix, each rank "
+          "reading its blocks through HDF5 into its own memory; mpio, all ranks reading a split "
+          "held in memory together before training through MPI-IO, every byte once. Checksums "
+          "are checked in all three; compressed or uint16 inputs are read as with posix "
+          "(docs/dataset-format.md).",
+          one_of({"mmap", "posix", "mpio"})),
       row("data.cache_mb", &C::data, &DataConfig::cache_mb, "256",
           "Memory per split and rank for its data, in MiB: a split that fits is kept in memory "
           "once read (shuffled order then costs what file order costs); of a larger one the "

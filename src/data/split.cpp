@@ -11,10 +11,12 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <optional>
 
 #include "hpctrain/data/dataset_check.h"
 #include "hpctrain/data/shard_writer.h"
 #include "hpctrain/io/collective_file.h"
+#include "hpctrain/io/mapped_file.h"
 
 namespace hpctrain::data {
 namespace {
@@ -44,6 +46,8 @@ std::int64_t memory_row_bytes(const FieldSpec& input) {
 // A block in the cache: its inputs and int64 labels.
 std::int64_t block_bytes(const FieldSpec& input) { return chunk_rows(input) * (memory_row_bytes(input) + 8); }
 
+constexpr std::int64_t kLabelBytes = sizeof(std::int64_t);
+
 }  // namespace
 
 // Note [Block cache]: a split is read in blocks of consecutive rows, one HDF5 chunk of the input
@@ -57,9 +61,12 @@ std::int64_t block_bytes(const FieldSpec& input) { return chunk_rows(input) * (m
 // it is also published as a plain pointer (`resident`) that gather reads without taking the lock.
 struct Split::State {
   struct Block {
-    // Rows in memory dtype, back to back (not zeroed first). A block read from a file whose chunks
-    // are the blocks has room for the stored chunk, so io reads it in place (Note [Raw chunk reads]).
-    std::unique_ptr<std::uint8_t[]> input;
+    // Rows in memory dtype, back to back: in `owned`, or in a mapped shard file (Note [Mapped
+    // shards]).
+    const std::uint8_t* input = nullptr;
+    // Not zeroed first. A block read from a file whose chunks are the blocks has room for the
+    // stored chunk, so io reads it in place (Note [Raw chunk reads]).
+    std::unique_ptr<std::uint8_t[]> owned;
     std::vector<std::int64_t> labels;
   };
   struct Shard {
@@ -69,6 +76,8 @@ struct Split::State {
     io::H5File file;
     io::H5Dataset input;
     io::H5Dataset label;
+    std::optional<io::MappedFile> mapped;     // ShardAccess::kMap: the file
+    std::vector<std::int64_t> chunk_offsets;  // and where each block's stored chunk is in it
   };
   Manifest manifest;
   FieldSpec input_field;
@@ -76,6 +85,8 @@ struct Split::State {
   std::int64_t samples = 0;
   std::int64_t row_bytes = 0;  // one sample's input in memory dtype
   std::int64_t block_rows = 1;
+  bool mapped = false;             // inputs read from the mapped shard files
+  std::int64_t cached_block_bytes = 0;  // what one block costs the cache budget
   bool whole_split = false;        // every block fits in the budget: none is ever evicted
   std::int64_t capacity = 0;       // blocks held at most
   mutable std::mutex blocks_mutex;  // guards the members below (io serializes HDF5 calls)
@@ -83,6 +94,7 @@ struct Split::State {
   mutable std::list<std::int64_t> recency;                   // held blocks, most recently used first
   mutable std::vector<std::list<std::int64_t>::iterator> recency_position;
   mutable std::int64_t blocks_read = 0;
+  std::string not_mapped;  // ShardAccess::kMap asked for, and why the files are read instead
   // whole_split only: each block once read, by split-wide index; read without blocks_mutex.
   std::unique_ptr<std::atomic<const Block*>[]> resident;
 
@@ -97,12 +109,18 @@ struct Split::State {
     auto loaded = std::make_shared<Block>();
     const std::int64_t first = b * block_rows;
     const std::int64_t rows = std::min(block_rows, shard.samples - first);
-    const std::int64_t input_bytes = shard.input.raw_chunk_rows() == block_rows
-                                         ? std::max(rows * row_bytes, shard.input.raw_chunk_bytes())
-                                         : rows * row_bytes;
-    loaded->input.reset(new std::uint8_t[static_cast<size_t>(input_bytes)]);
+    if (mapped) {
+      loaded->input = shard.mapped->data() + shard.chunk_offsets[static_cast<size_t>(b)];
+      shard.input.check_raw_chunk(loaded->input, first, rows);
+    } else {
+      const std::int64_t input_bytes = shard.input.raw_chunk_rows() == block_rows
+                                           ? std::max(rows * row_bytes, shard.input.raw_chunk_bytes())
+                                           : rows * row_bytes;
+      loaded->owned.reset(new std::uint8_t[static_cast<size_t>(input_bytes)]);
+      loaded->input = loaded->owned.get();
+      shard.input.read_rows(memory_dtype(input_field.dtype), first, rows, loaded->owned.get(), input_bytes);
+    }
     loaded->labels.resize(static_cast<size_t>(rows));
-    shard.input.read_rows(memory_dtype(input_field.dtype), first, rows, loaded->input.get(), input_bytes);
     shard.label.read_rows(io::DType::kInt64, first, rows, loaded->labels.data());
     check_labels(loaded->labels.data(), rows);
     ++blocks_read;
@@ -141,6 +159,8 @@ struct Split::State {
 
   void gather_rows(const std::vector<std::int64_t>& indices, std::uint8_t* input, std::int64_t* target) const;
 
+  void map_shards();
+
   const Shard& shard_of(std::int64_t index) const {
     const auto it = std::upper_bound(shards.begin(), shards.end(), index,
                                      [](std::int64_t i, const Shard& s) { return i < s.first; });
@@ -148,8 +168,55 @@ struct Split::State {
   }
 };
 
+// Note [Mapped shards]: with ShardAccess::kMap (data.io=mmap) each shard file is mapped and a
+// block is a pointer to its stored chunk in the mapping, so reading a block from the page cache
+// costs its checksum alone: no copy into fresh memory, which made the first pass from the files
+// about a fifth of a raw read's rate (docs/benchmarks.md). The input takes no room of the cache
+// budget; the ranks of a node share one copy of the split in the page cache instead of holding
+// one each. A block's checksum is checked when it is first read, as a block read into memory is;
+// a page the kernel drops and reads again later is not checked again. Only chunks that are the
+// blocks (or a whole shard smaller than a block) and are stored as their rows and a checksum (io's
+// raw chunk reads) can be mapped: any other split is read as ShardAccess::kRead, and not_mapped
+// says why.
+void Split::State::map_shards() {
+  std::vector<std::vector<std::int64_t>> offsets;
+  for (const Shard& shard : shards) {
+    const std::string where = shard.file.path() + ": field '" + input_field.name + "'";
+    if (memory_dtype(input_field.dtype) != input_field.dtype) {
+      not_mapped = where + " is " + io::dtype_name(input_field.dtype) + ", widened as it is read";
+      return;
+    }
+    // A shard smaller than a block is one chunk (chunks are clipped to the data).
+    const std::int64_t rows = shard.input.raw_chunk_rows();
+    if (rows != block_rows && !(rows == shard.samples && rows < block_rows)) {
+      not_mapped = where + " is not stored as hpctrain writes it (one checksummed, uncompressed chunk "
+                   "of " + std::to_string(block_rows) + " samples per block)";
+      return;
+    }
+    offsets.push_back(shard.input.raw_chunk_offsets());
+    const auto blocks_of_shard = static_cast<size_t>((shard.samples + block_rows - 1) / block_rows);
+    const bool all_stored = std::all_of(offsets.back().begin(), offsets.back().end(), [](std::int64_t at) { return at >= 0; });
+    if (offsets.back().size() != blocks_of_shard || !all_stored) {
+      not_mapped = where + ": HDF5 does not say where every chunk is stored";
+      return;
+    }
+  }
+  for (size_t k = 0; k < shards.size(); ++k) {
+    Shard& shard = shards[k];
+    io::MappedFile file = io::MappedFile::map(shard.file.path(), ExitCode::kData);
+    const std::int64_t stored = shard.input.raw_chunk_bytes();
+    if (std::any_of(offsets[k].begin(), offsets[k].end(), [&](std::int64_t at) { return at + stored > file.size(); })) {
+      throw DataError(shard.file.path() + ": field '" + input_field.name + "' has chunks past the end of the file "
+                      "(truncated?); restore or re-create it");
+    }
+    shard.mapped = std::move(file);
+    shard.chunk_offsets = std::move(offsets[k]);
+  }
+  mapped = true;
+}
+
 Split Split::load(const std::string& dataset_dir, const std::string& split_name,
-                  std::int64_t cache_bytes) {
+                  std::int64_t cache_bytes, ShardAccess access) {
   auto state = std::make_shared<State>();
   state->manifest = Manifest::load(dataset_dir);
   const Manifest& m = state->manifest;
@@ -164,8 +231,6 @@ Split Split::load(const std::string& dataset_dir, const std::string& split_name,
   if (!label_field.shape.empty()) throw DataError(dataset_dir + ": 'label' must be a scalar per sample");
   state->row_bytes = memory_row_bytes(state->input_field);
   state->block_rows = chunk_rows(state->input_field);
-  const std::int64_t split_bytes = spec.samples() * (state->row_bytes + 8);
-  state->whole_split = split_bytes <= cache_bytes;
   for (const auto& shard : spec.shards) {
     const std::string path = (std::filesystem::path(dataset_dir) / shard.file).string();
     if (!std::filesystem::exists(path)) throw DataError(path + ": shard listed in the manifest is missing");
@@ -182,12 +247,16 @@ Split Split::load(const std::string& dataset_dir, const std::string& split_name,
     state->blocks.resize(state->blocks.size() +
                          static_cast<size_t>((shard.samples + state->block_rows - 1) / state->block_rows));
     state->shards.push_back(State::Shard{state->samples, shard.samples, first_block, std::move(file),
-                                         std::move(input), std::move(label)});
+                                         std::move(input), std::move(label), std::nullopt, {}});
     state->samples += shard.samples;
   }
+  if (access == ShardAccess::kMap) state->map_shards();
+  const std::int64_t cached_row_bytes = (state->mapped ? 0 : state->row_bytes) + kLabelBytes;
+  state->cached_block_bytes = state->block_rows * cached_row_bytes;
+  state->whole_split = state->samples * cached_row_bytes <= cache_bytes;
   const auto block_count = static_cast<std::int64_t>(state->blocks.size());
   state->capacity = state->whole_split ? block_count
-                                       : std::clamp<std::int64_t>(cache_bytes / block_bytes(state->input_field), 1, block_count);
+                                       : std::clamp<std::int64_t>(cache_bytes / state->cached_block_bytes, 1, block_count);
   state->recency_position.resize(state->blocks.size());
   if (state->whole_split) {
     state->resident.reset(new std::atomic<const State::Block*>[state->blocks.size()]);
@@ -261,7 +330,7 @@ void Split::State::gather_rows(const std::vector<std::int64_t>& indices, std::ui
            indices[k + static_cast<size_t>(rows)] == index + rows) {
       ++rows;
     }
-    const RowRun run{b->input.get() + static_cast<size_t>(offset) * row, b->labels.data() + offset, rows};
+    const RowRun run{b->input + static_cast<size_t>(offset) * row, b->labels.data() + offset, rows};
     if (whole_split) {
       runs.push_back(run);
     } else {
@@ -305,6 +374,12 @@ at::Tensor Split::normalize(const at::Tensor& raw) const {
 
 bool Split::caches_blocks() const { return state_->whole_split; }
 
+bool Split::maps_files() const { return state_->mapped; }
+
+const std::string& Split::why_not_mapped() const { return state_->not_mapped; }
+
+std::int64_t Split::block_cache_bytes() const { return state_->cached_block_bytes; }
+
 std::int64_t Split::blocks_held_at_most() const { return state_->capacity; }
 
 std::int64_t Split::blocks_read() const {
@@ -337,8 +412,9 @@ void Split::preload_collective() const {
       const std::int64_t first = b * s.block_rows;
       const std::int64_t rows = std::min(s.block_rows, shard.samples - first);
       auto block = std::make_shared<State::Block>();
-      block->input.reset(new std::uint8_t[static_cast<size_t>(rows * s.row_bytes)]);
-      std::memcpy(block->input.get(), input.data() + first * s.row_bytes, static_cast<size_t>(rows * s.row_bytes));
+      block->owned.reset(new std::uint8_t[static_cast<size_t>(rows * s.row_bytes)]);
+      block->input = block->owned.get();
+      std::memcpy(block->owned.get(), input.data() + first * s.row_bytes, static_cast<size_t>(rows * s.row_bytes));
       block->labels.assign(labels.begin() + first, labels.begin() + first + rows);
       if (!s.blocks[static_cast<size_t>(shard.first_block + b)]) s.hold(shard.first_block + b, std::move(block));
     }
@@ -371,7 +447,7 @@ void set_shuffle_window(const Manifest& manifest, const std::string& split, std:
 void check_shuffle_window(const Split& split, const SamplerOptions& options) {
   if (options.block_starts.empty() || split.caches_blocks()) return;
   if (split.blocks_held_at_most() >= 2 * options.window_blocks) return;
-  const std::int64_t bytes = block_bytes(split.manifest().fields.front());
+  const std::int64_t bytes = split.block_cache_bytes();
   const std::int64_t needed_mb = (2 * options.window_blocks * bytes + (1 << 20) - 1) >> 20;
   throw ConfigError("a shuffle by chunks reads windows of " + std::to_string(options.window_blocks) +
                     " block(s) and holds two at once, but data.cache_mb holds " +

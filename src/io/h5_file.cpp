@@ -437,14 +437,7 @@ bool H5Dataset::read_chunk_raw(std::int64_t first, std::int64_t count, void* out
     }
     if (skipped_filters != 0) return false;
   }
-  const unsigned char* sum = chunk + chunk_bytes_;
-  const std::uint32_t stored_sum = static_cast<std::uint32_t>(sum[0]) | static_cast<std::uint32_t>(sum[1]) << 8 |
-                                   static_cast<std::uint32_t>(sum[2]) << 16 | static_cast<std::uint32_t>(sum[3]) << 24;
-  if (!fletcher32_matches(stored_sum, fletcher32(chunk, static_cast<size_t>(chunk_bytes_)))) {
-    throw Error(where_ + ": rows " + std::to_string(first) + "-" + std::to_string(first + count - 1) +
-                    " fail their fletcher32 checksum: the file is corrupted; restore or re-create it",
-                code_);
-  }
+  check_raw_chunk(chunk, first, count);
   if (chunk != out) std::memcpy(out, chunk, static_cast<size_t>(count * (chunk_bytes_ / chunk_rows_)));
   ++raw_chunk_reads_;
   return true;
@@ -454,6 +447,57 @@ bool H5Dataset::read_chunk_raw(std::int64_t first, std::int64_t count, void* out
   (void)out;
   (void)out_bytes;
   return false;
+#endif
+}
+
+void H5Dataset::check_raw_chunk(const void* stored, std::int64_t first, std::int64_t count) const {
+  const auto* sum = static_cast<const unsigned char*>(stored) + chunk_bytes_;
+  const std::uint32_t stored_sum = static_cast<std::uint32_t>(sum[0]) | static_cast<std::uint32_t>(sum[1]) << 8 |
+                                   static_cast<std::uint32_t>(sum[2]) << 16 | static_cast<std::uint32_t>(sum[3]) << 24;
+  if (!fletcher32_matches(stored_sum, fletcher32(stored, static_cast<size_t>(chunk_bytes_)))) {
+    throw Error(where_ + ": rows " + std::to_string(first) + "-" + std::to_string(first + count - 1) +
+                    " fail their fletcher32 checksum: the file is corrupted; restore or re-create it",
+                code_);
+  }
+}
+
+std::vector<std::int64_t> H5Dataset::raw_chunk_offsets() const {
+#if H5_VERSION_GE(1, 10, 5) && !H5_VERSION_GE(2, 0, 0)
+  if (chunk_rows_ == 0) return {};
+  const LibraryLock lock;
+  // Chunk addresses count from the file's base, past a user block if it has one.
+  const Handle file(H5Iget_file_id(id_));
+  const Handle fcpl(H5Fget_create_plist(file.get()));
+  hsize_t user_block = 0;
+  if (!fcpl.ok() || H5Pget_userblock(fcpl.get(), &user_block) < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return {};
+  }
+  const Handle space(H5Dget_space(id_));
+  hsize_t stored_chunks = 0;
+  if (H5Dget_num_chunks(id_, space.get(), &stored_chunks) < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return {};
+  }
+  std::vector<std::int64_t> offsets(static_cast<size_t>((info_.shape[0] + chunk_rows_ - 1) / chunk_rows_), -1);
+  std::vector<hsize_t> coordinates(info_.shape.size());
+  for (hsize_t index = 0; index < stored_chunks; ++index) {
+    unsigned skipped_filters = 0;
+    haddr_t address = HADDR_UNDEF;
+    hsize_t bytes = 0;
+    if (H5Dget_chunk_info(id_, space.get(), index, coordinates.data(), &skipped_filters, &address, &bytes) < 0) {
+      H5Eclear2(H5E_DEFAULT);
+      return {};
+    }
+    const auto chunk = static_cast<size_t>(coordinates[0] / static_cast<hsize_t>(chunk_rows_));
+    if (chunk < offsets.size() && skipped_filters == 0 && address != HADDR_UNDEF &&
+        static_cast<std::int64_t>(bytes) == raw_chunk_bytes()) {
+      offsets[chunk] = static_cast<std::int64_t>(user_block + address);
+    }
+  }
+  return offsets;
+#else
+  return {};
 #endif
 }
 

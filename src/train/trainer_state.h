@@ -231,6 +231,7 @@ struct Trainer::State {
   void resume();
   void check_config_unchanged(const ckpt::CheckpointReader& reader) const;
   EpochPlan plan_samples() const;
+  void warn_of_split_reads(const data::SamplerOptions& options) const;
   EpochPlan plan_windows() const;
   void train_epoch(std::int64_t epoch, const EpochPlan& plan, std::int64_t cursor);
   // What the loader's threads do for a step: gather (and augment) its samples or windows.

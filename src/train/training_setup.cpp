@@ -133,9 +133,12 @@ TrainingSetup prepare_training(const config::Config& config, bool need_train_spl
     setup.model = model::make_model(config.model, {{config.model.gpt_block_size}, manifest.num_classes, true});
     return setup;
   }
-  if (need_train_split) setup.train_split = data::Split::load(config.data.path, config.data.train_split, cache_bytes);
+  const data::ShardAccess access = config.data.io == "mmap" ? data::ShardAccess::kMap : data::ShardAccess::kRead;
+  if (need_train_split) {
+    setup.train_split = data::Split::load(config.data.path, config.data.train_split, cache_bytes, access);
+  }
   if (!config.data.eval_split.empty()) {
-    setup.eval_split = data::Split::load(config.data.path, config.data.eval_split, cache_bytes);
+    setup.eval_split = data::Split::load(config.data.path, config.data.eval_split, cache_bytes, access);
   }
   HT_CHECK(setup.train_split || setup.eval_split, "nothing to load: no train split and no eval split");
   const data::Split& any = setup.train_split ? *setup.train_split : *setup.eval_split;

@@ -141,6 +141,7 @@ TEST(Cli, BenchArgumentErrorsAreOneLineWithExitCode2) {
         {"bench step --tf32 yes", "--tf32 must be true or false"},
         {"bench comm --min-bytes 1KiB --max-bytes 512", "--min-bytes <= --max-bytes"},
         {"bench data --layers 4", "unknown option '--layers'"},  // bench step's, not bench data's
+        {"bench data --data /nowhere --data-io direct", "--data-io must be mmap or posix"},
         {"bench step extra", "bench step: unexpected argument 'extra'"},
         {"bench nothing", "expected 'data', 'comm' or 'step'"}}) {
     const ProcessResult r = run_command("env CUDA_VISIBLE_DEVICES= " + std::string(kBin) + " " + args);

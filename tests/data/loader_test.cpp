@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "hpctrain/data/distributed_sampler.h"
 #include "hpctrain/data/shard_writer.h"
 #include "hpctrain/data/split.h"
+#include "hpctrain/io/h5_file.h"
 #include "hpctrain/core/system.h"
 
 namespace hpctrain::data {
@@ -58,9 +60,13 @@ constexpr std::int64_t kFits = std::int64_t{256} << 20;
 constexpr std::int64_t kTooSmall = 1;
 
 TEST_F(LoaderTest, GatherReturnsSamplesInBatchOrderAcrossShardsAndRepeats) {
-  for (const std::int64_t cache : {kFits, kTooSmall}) {
-    const Split split = Split::load(dir_, "train", cache);
+  for (const auto& [cache, access] : {std::pair{kFits, ShardAccess::kRead}, std::pair{kTooSmall, ShardAccess::kRead},
+                                      std::pair{kFits, ShardAccess::kMap}, std::pair{kTooSmall, ShardAccess::kMap}}) {
+    const Split split = Split::load(dir_, "train", cache, access);
     EXPECT_EQ(split.caches_blocks(), cache == kFits);
+    // Shards of 12 and 13 samples are one chunk each, smaller than a block: mapped whole.
+    EXPECT_EQ(split.maps_files(), access == ShardAccess::kMap);
+    EXPECT_EQ(split.why_not_mapped(), "");
     EXPECT_EQ(split.size(), 50);
     const std::vector<std::int64_t> indices{49, 0, 12, 13, 14, 37, 12, 25};
     const Batch batch = split.gather(indices);
@@ -175,9 +181,104 @@ TEST_F(WideSplit, ShufflingByChunksReadsEachBlockOncePerEpochWithinTheCache) {
   read_epoch(threaded, by_chunks, {3, 2});
 }
 
+// Note [Mapped shards]: mapped, the blocks are the files' chunks and only their labels take cache
+// room, so a cache of 1 KiB holds the whole split (50 labels) and a global shuffle reads each of
+// the 14 blocks once; the rows are those of the files, read or mapped, at any thread count.
+TEST_F(WideSplit, MappedShardsServeAGlobalShuffleFromTheFiles) {
+  SamplerOptions options;
+  options.dataset_size = kWideSamples;
+  options.batch_size = 4;
+  options.seed = 5;
+  const DistributedSampler global(options);
+  const Split split = Split::load(dir_, "train", std::int64_t{1} << 10, ShardAccess::kMap);
+  ASSERT_TRUE(split.maps_files()) << split.why_not_mapped();
+  EXPECT_TRUE(split.caches_blocks());
+  EXPECT_EQ(split.block_cache_bytes(), 4 * 8);
+  read_epoch(split, global, {4, 2});
+  EXPECT_EQ(split.blocks_read(), 14);
+
+  // One block's labels at a time (32 bytes): evicted blocks are checked again when read again.
+  const Split tight = Split::load(dir_, "train", 40, ShardAccess::kMap);
+  ASSERT_TRUE(tight.maps_files());
+  EXPECT_FALSE(tight.caches_blocks());
+  EXPECT_EQ(tight.blocks_held_at_most(), 1);
+  read_epoch(tight, global, {1, 1});
+  EXPECT_GT(tight.blocks_read(), 14);
+
+  // Read into memory, the same budget holds one block of 4 rows of 256 KiB at most.
+  const Split read = Split::load(dir_, "train", std::int64_t{1} << 10, ShardAccess::kRead);
+  EXPECT_FALSE(read.maps_files());
+  EXPECT_EQ(read.why_not_mapped(), "");
+  read_epoch(read, global, {1, 1});
+  EXPECT_GT(read.blocks_read(), 2 * 14);
+}
+
+// A mapped block is checked against its stored checksum when first read: a flipped byte inside
+// shard 1's second chunk (rows 4-7 of the shard, samples 16-19 of the split) is named.
+TEST_F(WideSplit, AMappedChunkThatFailsItsChecksumIsNamed) {
+  const std::string shard = dir_ + "/train-00001.h5";
+  std::int64_t at = 0;
+  {
+    const io::H5File file = io::H5File::open_read(shard, ExitCode::kData);
+    const std::vector<std::int64_t> offsets = file.open_dataset("input", 0).raw_chunk_offsets();
+    ASSERT_EQ(offsets.size(), 4U);
+    at = offsets[1] + 1000;
+  }
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(at);
+    const char was = static_cast<char>(f.get());
+    f.seekp(at);
+    f.put(static_cast<char>(was ^ 0x10));
+  }
+  const Split split = Split::load(dir_, "train", kFits, ShardAccess::kMap);
+  ASSERT_TRUE(split.maps_files());
+  EXPECT_NO_THROW(split.gather({12, 15, 20}));
+  try {
+    split.gather({3, 17});
+    FAIL() << "a damaged chunk was read";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kData);
+    EXPECT_NE(std::string(e.what()).find(shard + ": dataset 'input': rows 4-7 fail their fletcher32 checksum"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Splits whose stored chunks are not the rows as trained are read, and the split says why.
+TEST(MappedSplit, CompressedOrWidenedFieldsAreReadInstead) {
+  const std::string dir = (fs::temp_directory_path() / ("hpctrain_unmapped_" + std::to_string(::getpid()))).string();
+  for (const bool compressed : {true, false}) {
+    hpctrain::sys::remove_tree(dir);
+    fs::create_directories(dir);
+    Manifest m;
+    m.name = "unmapped";
+    m.num_classes = 3;
+    const io::DType dtype = compressed ? io::DType::kUInt8 : io::DType::kUInt16;
+    m.fields = {{"input", dtype, {4}}, {"label", io::DType::kInt64, {}}};
+    const std::vector<std::uint16_t> wide(40, 7);
+    const std::vector<std::uint8_t> narrow(40, 7);
+    const std::vector<std::int64_t> y(10, 1);
+    ShardingOptions sharding;
+    sharding.deflate_level = compressed ? 1 : 0;
+    const void* x = compressed ? static_cast<const void*>(narrow.data()) : static_cast<const void*>(wide.data());
+    m.splits["train"] = write_split(dir, "train", m.fields, {x, y.data()}, 10, sharding);
+    m.save(dir);
+    const Split split = Split::load(dir, "train", kFits, ShardAccess::kMap);
+    EXPECT_FALSE(split.maps_files());
+    EXPECT_NE(split.why_not_mapped().find(dir + "/train-00000.h5: field 'input' "), std::string::npos);
+    EXPECT_NE(split.why_not_mapped().find(compressed ? "is not stored as hpctrain writes it" : "is uint16, widened"),
+              std::string::npos)
+        << split.why_not_mapped();
+    EXPECT_EQ(split.gather({9}).target.item<std::int64_t>(), 1);
+  }
+  hpctrain::sys::remove_tree(dir);
+}
+
 TEST_F(LoaderTest, BatchesFollowTheSamplerAtEveryPrefetchDepthAndThreadCount) {
-  for (const std::int64_t cache : {kFits, kTooSmall}) {
-    const Split split = Split::load(dir_, "train", cache);
+  for (const auto& [cache, access] : {std::pair{kFits, ShardAccess::kRead}, std::pair{kTooSmall, ShardAccess::kRead},
+                                      std::pair{kTooSmall, ShardAccess::kMap}}) {
+    const Split split = Split::load(dir_, "train", cache, access);
     SamplerOptions options;
     options.dataset_size = 50;
     options.world_size = 3;
@@ -194,7 +295,8 @@ TEST_F(LoaderTest, BatchesFollowTheSamplerAtEveryPrefetchDepthAndThreadCount) {
           LoaderOptions{4, 3, 0}, LoaderOptions{5, 1, 0}, LoaderOptions{1, 1}, LoaderOptions{4, 3}}) {
       const std::string where = "depth " + std::to_string(loader_options.depth) + ", threads " +
                                 std::to_string(loader_options.threads) + ", handoff bytes " +
-                                std::to_string(loader_options.handoff_bytes) + ", cache " + std::to_string(cache);
+                                std::to_string(loader_options.handoff_bytes) + ", cache " + std::to_string(cache) +
+                                (split.maps_files() ? ", mapped" : "");
       Loader loader(split, steps, loader_options);
       for (const auto& indices : steps) {
         const Batch batch = loader.next();

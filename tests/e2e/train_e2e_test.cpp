@@ -303,11 +303,13 @@ TEST_F(TrainEndToEnd, InspectVerifyNamesTheCorruptedShardAndField) {
 }
 
 TEST_F(TrainEndToEnd, BenchDataReportsEveryCaseAndPassesItsCheck) {
-  const ProcessResult r = run_command(kBin + " bench data --data " + data_ + " --repeats 1");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* row : {"raw sequential read", "loader sequential", "loader shuffled",
-                          "check: OK (label sum "}) {
-    EXPECT_NE(r.out.find(row), std::string::npos) << row << " in\n" << r.out;
+  for (const std::string data_io : {"mmap", "posix"}) {
+    const ProcessResult r = run_command(kBin + " bench data --data " + data_ + " --repeats 1 --data-io " + data_io);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const std::string row : {"raw sequential read", "loader sequential", "loader shuffled", "check: OK (label sum ",
+                                  data_io == "mmap" ? "shard files mapped (data.io=mmap)" : "files read (data.io=posix)"}) {
+      EXPECT_NE(r.out.find(row), std::string::npos) << row << " in\n" << r.out;
+    }
   }
   EXPECT_EQ(run_command(kBin + " bench data --data " + data_ + " --repeats 0").exit_code, 2);
   // Shuffled by chunks, page cache dropped before every pass; a window the cache cannot hold twice.

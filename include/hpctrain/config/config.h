@@ -18,7 +18,7 @@ struct DataConfig {
   std::string eval_split;
   std::int64_t prefetch = 0;  // batches read ahead; 0: read in the training thread
   std::int64_t loader_threads = 1;  // threads reading ahead (with prefetch >= 1)
-  std::string io;             // posix | mpio: how a split held in memory is read
+  std::string io;             // mmap | posix | mpio: how a sample split is read
   std::int64_t cache_mb = 0;  // memory per split and rank for blocks read from its shards
   std::int64_t shuffle_window_mb = 0;  // 0: global shuffle; N: shuffle by chunks, N MiB at a time
   std::int64_t random_crop = 0;  // zero padding of the random crop; 0: off

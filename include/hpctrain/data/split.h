@@ -25,12 +25,21 @@ struct Batch {
   at::Tensor target;  // int64 [B] class labels; int64 [B, T] next tokens for a token stream
 };
 
+// How a Split reads its shards' input field (data.io; Note [Mapped shards] in split.cpp).
+enum class ShardAccess {
+  kRead,  // through HDF5 into blocks of the process's memory
+  kMap,   // the shard files mapped: blocks are the page cache's bytes, one copy per node
+};
+
 class Split {
  public:
   // Opens the split's shards and checks them against the manifest (the first field is the input,
   // the field named "label" the target). Throws DataError on anything missing or malformed.
+  // kMap reads a split whose input chunks are stored as hpctrain writes them (uncompressed,
+  // checksummed, in the type it is trained in) from the mapped files; any other is read as kRead.
   static Split load(const std::string& dataset_dir, const std::string& split_name,
-                    std::int64_t cache_bytes = std::int64_t{256} << 20);
+                    std::int64_t cache_bytes = std::int64_t{256} << 20,
+                    ShardAccess access = ShardAccess::kRead);
 
   std::int64_t size() const;
   const Manifest& manifest() const;
@@ -50,6 +59,13 @@ class Split {
 
   // True when the whole split fits in the cache budget and is held in memory in blocks once read.
   bool caches_blocks() const;
+  // True when the input is read from the mapped shard files (ShardAccess::kMap took effect); the
+  // cache budget then holds the labels alone.
+  bool maps_files() const;
+  // Why a split loaded with ShardAccess::kMap is read instead (empty when mapped, or not asked).
+  const std::string& why_not_mapped() const;
+  // The cache memory one block takes: its input in memory dtype (unless mapped) and its labels.
+  std::int64_t block_cache_bytes() const;
   // Blocks the cache holds at most (all of them when caches_blocks()).
   std::int64_t blocks_held_at_most() const;
   // Blocks read from the files so far, re-reads of evicted blocks included.
