@@ -99,7 +99,7 @@ int bench_data(const config::ParsedArgs& parsed) {
   if (data_io != "mmap" && data_io != "posix") {
     throw ConfigError("bench data: --data-io must be mmap or posix (mpio: --io), not '" + data_io + "'");
   }
-  const data::ShardAccess access = data_io == "mmap" ? data::ShardAccess::kMap : data::ShardAccess::kRead;
+  const data::ShardAccess access = data::shard_access(data_io);
   if (batch < 1 || repeats < 1 || prefetch < 1) {
     throw ConfigError("bench data: --batch-size, --repeats and --prefetch must be >= 1");
   }
@@ -107,7 +107,10 @@ int bench_data(const config::ParsedArgs& parsed) {
     throw ConfigError("bench data: --shuffle-window-mb must be >= 0 and at most half of --cache-mb, "
                       "--cache-mb at most 2^30");
   }
-  if (parsed.has("io")) return bench_data_io(dir, split_name, cache_mb, repeats);
+  if (parsed.has("io")) {
+    if (parsed.has("data-io")) throw ConfigError("bench data: --io times posix against mpio; drop --data-io");
+    return bench_data_io(dir, split_name, cache_mb, repeats);
+  }
 
   std::vector<std::string> files;
   const data::Manifest manifest = data::Manifest::load(dir);
@@ -192,14 +195,16 @@ int bench_data(const config::ParsedArgs& parsed) {
               "# median of %d timed passes after 1 untimed pass; MB/s = delivered bytes / time\n",
               dir.c_str(), split_name.c_str(), static_cast<long long>(n),
               static_cast<long long>(sample_bytes), static_cast<long long>(batch), prefetch,
-              split.maps_files() ? "shard files mapped (data.io=mmap), " : "files read (data.io=posix), ",
+              split.maps_files()                 ? "shard files mapped (data.io=mmap), "
+              : split.why_not_mapped().empty() ? "files read (data.io=posix), "
+                                               : "files read (data.io=mmap does not apply), ",
               split.caches_blocks()
                   ? "split held in memory after its first read"
                   : ("split larger than --cache-mb: " + std::to_string(split.blocks_held_at_most()) +
                      " blocks held").c_str(),
               cold ? "page cache dropped before every pass (--cold)" : "page cache as it is", repeats);
   if (!split.why_not_mapped().empty()) {
-    std::printf("# data.io=mmap does not apply: %s; the files are read\n", split.why_not_mapped().c_str());
+    std::printf("# data.io=mmap does not apply: %s\n", split.why_not_mapped().c_str());
   }
   std::printf("%-24s %12s %10s %10s %12s\n", "case", "samples/s", "MB/s", "% of raw", "blocks/pass");
   std::printf("%-24s %12s %10.1f %10s %12s\n", "raw sequential read", "-", raw_mbps, "100.0", "-");
@@ -233,7 +238,7 @@ int bench_data_io(const std::string& dir, const std::string& split_name, std::in
   std::int64_t split_bytes = 0;
   for (int r = 0; r < repeats; ++r) {
     for (const bool collective : {false, true}) {
-      const data::Split split = data::Split::load(dir, split_name, cache_mb << 20);
+      const data::Split split = data::Split::load(dir, split_name, cache_mb << 20, data::ShardAccess::kRead);
       if (!split.caches_blocks()) {
         throw ConfigError("bench data --io: split '" + split_name + "' does not fit in --cache-mb " +
                           std::to_string(cache_mb) + "; raise it");

@@ -209,7 +209,8 @@ void check_data(const comm::Bootstrap& bootstrap, const config::Config& config, 
         summary += (summary.empty() ? "" : ", ") + split + " (" + std::to_string(loaded.size()) + " tokens)";
         continue;
       }
-      const data::Split loaded = data::Split::load(config.data.path, split, /*cache_bytes=*/0);
+      const data::Split loaded =
+          data::Split::load(config.data.path, split, /*cache_bytes=*/0, data::shard_access(config.data.io));
       (void)loaded.gather({0, loaded.size() - 1});
       summary += (summary.empty() ? "" : ", ") + split + " (" + std::to_string(loaded.size()) + " samples)";
     } catch (const Error& e) {

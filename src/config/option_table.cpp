@@ -197,8 +197,8 @@ std::vector<Option> build_table() {
           at_least<I>(0)),
       row("data.loader_threads", &C::data, &DataConfig::loader_threads, "1",
           "Threads reading batches ahead (with data.prefetch >= 1). HDF5 reads are serialized; "
-          "copying samples into batches runs in parallel, which pays when batches come from "
-          "memory (bench data shows both).",
+          "checking blocks and copying samples into batches run in parallel, which pays when "
+          "batches come from memory (bench data shows both).",
           at_least<I>(1)),
       row("data.io", &C::data, &DataConfig::io, "mmap",
           "How a sample split is read: mmap, each rank mapping the shard files and reading the "
@@ -212,7 +212,9 @@ std::vector<Option> build_table() {
       row("data.cache_mb", &C::data, &DataConfig::cache_mb, "256",
           "Memory per split and rank for its data, in MiB: a split that fits is kept in memory "
           "once read (shuffled order then costs what file order costs); of a larger one the "
-          "most recently used blocks (one HDF5 chunk, about 1 MiB, each) are kept.",
+          "most recently used blocks (one HDF5 chunk, about 1 MiB, each) are kept. With "
+          "data.io=mmap the inputs stay in the page cache and only the labels count (8 bytes a "
+          "sample).",
           between<I>(1, I{1} << 30)),
       row("data.shuffle_window_mb", &C::data, &DataConfig::shuffle_window_mb, "0",
           "0: each epoch is one global permutation of the split, fast while the split fits "

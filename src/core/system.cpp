@@ -36,10 +36,39 @@ int affinity_cores() {
   return n > 0 ? n : 1;
 }
 
-std::int64_t physical_memory_bytes() {
+namespace {
+
+// The number in a cgroup file such as memory.max, or -1 ("max", absent, unreadable).
+std::int64_t cgroup_number(const std::string& path) {
+  std::ifstream in(path);
+  std::int64_t value = -1;
+  if (!(in >> value)) return -1;
+  return value;
+}
+
+}  // namespace
+
+std::int64_t memory_limit_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_bytes = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page_bytes > 0 ? static_cast<std::int64_t>(pages) * page_bytes : 0;
+  std::int64_t limit = pages > 0 && page_bytes > 0 ? static_cast<std::int64_t>(pages) * page_bytes : 0;
+  // /proc/self/cgroup: "0::/path" (v2), "N:memory:/path" or "N:...,memory,...:/path" (v1).
+  std::ifstream groups("/proc/self/cgroup");
+  for (std::string line; std::getline(groups, line);) {
+    const size_t first = line.find(':');
+    const size_t second = first == std::string::npos ? first : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string controllers = "," + line.substr(first + 1, second - first - 1) + ",";
+    const std::string path = line.substr(second + 1);
+    std::int64_t value = -1;
+    if (controllers == ",,") {
+      value = cgroup_number("/sys/fs/cgroup" + path + "/memory.max");
+    } else if (controllers.find(",memory,") != std::string::npos) {
+      value = cgroup_number("/sys/fs/cgroup/memory" + path + "/memory.limit_in_bytes");
+    }
+    if (value > 0 && (limit == 0 || value < limit)) limit = value;
+  }
+  return limit;
 }
 
 std::int64_t peak_rss_bytes() {

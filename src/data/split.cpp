@@ -44,9 +44,9 @@ std::int64_t memory_row_bytes(const FieldSpec& input) {
 }
 
 // A block in the cache: its inputs and int64 labels.
-std::int64_t block_bytes(const FieldSpec& input) { return chunk_rows(input) * (memory_row_bytes(input) + 8); }
-
 constexpr std::int64_t kLabelBytes = sizeof(std::int64_t);
+
+std::int64_t block_bytes(const FieldSpec& input) { return chunk_rows(input) * (memory_row_bytes(input) + kLabelBytes); }
 
 }  // namespace
 
@@ -98,14 +98,30 @@ struct Split::State {
   // whole_split only: each block once read, by split-wide index; read without blocks_mutex.
   std::unique_ptr<std::atomic<const Block*>[]> resident;
 
+  // Block b of `shard`, read first if it is not held. The read runs outside blocks_mutex, so loader
+  // threads read and check blocks at once (io still makes one HDF5 call at a time); two threads
+  // that miss the same block both read it, and the first to finish keeps it.
   std::shared_ptr<const Block> block(const Shard& shard, std::int64_t b) const {
-    const std::int64_t id = shard.first_block + b;
+    const auto id = static_cast<size_t>(shard.first_block + b);
+    {
+      const std::lock_guard<std::mutex> lock(blocks_mutex);
+      if (const std::shared_ptr<const Block>& held = blocks[id]) {
+        recency.splice(recency.begin(), recency, recency_position[id]);
+        return held;
+      }
+    }
+    std::shared_ptr<const Block> loaded = read_block(shard, b);
     const std::lock_guard<std::mutex> lock(blocks_mutex);
-    std::shared_ptr<const Block>& held = blocks[static_cast<size_t>(id)];
-    if (held) {
-      recency.splice(recency.begin(), recency, recency_position[static_cast<size_t>(id)]);
+    if (const std::shared_ptr<const Block>& held = blocks[id]) {
+      recency.splice(recency.begin(), recency, recency_position[id]);
       return held;
     }
+    ++blocks_read;
+    hold(static_cast<std::int64_t>(id), loaded);
+    return loaded;
+  }
+
+  std::shared_ptr<const Block> read_block(const Shard& shard, std::int64_t b) const {
     auto loaded = std::make_shared<Block>();
     const std::int64_t first = b * block_rows;
     const std::int64_t rows = std::min(block_rows, shard.samples - first);
@@ -123,9 +139,7 @@ struct Split::State {
     loaded->labels.resize(static_cast<size_t>(rows));
     shard.label.read_rows(io::DType::kInt64, first, rows, loaded->labels.data());
     check_labels(loaded->labels.data(), rows);
-    ++blocks_read;
-    hold(id, std::move(loaded));
-    return held;
+    return loaded;
   }
 
   // Caller holds blocks_mutex.
@@ -174,10 +188,11 @@ struct Split::State {
 // about a fifth of a raw read's rate (docs/benchmarks.md). The input takes no room of the cache
 // budget; the ranks of a node share one copy of the split in the page cache instead of holding
 // one each. A block's checksum is checked when it is first read, as a block read into memory is;
-// a page the kernel drops and reads again later is not checked again. Only chunks that are the
-// blocks (or a whole shard smaller than a block) and are stored as their rows and a checksum (io's
-// raw chunk reads) can be mapped: any other split is read as ShardAccess::kRead, and not_mapped
-// says why.
+// a page the kernel drops and reads again later, or a file rewritten in place, is not checked
+// again. Only chunks that are the blocks (or a whole shard smaller than a block) and are stored as
+// their rows and a checksum (io's raw chunk reads), in files without a user block, can be mapped;
+// any other split, or one on a file system that cannot map files, is read as ShardAccess::kRead,
+// and not_mapped says why.
 void Split::State::map_shards() {
   std::vector<std::vector<std::int64_t>> offsets;
   for (const Shard& shard : shards) {
@@ -188,29 +203,37 @@ void Split::State::map_shards() {
     }
     // A shard smaller than a block is one chunk (chunks are clipped to the data).
     const std::int64_t rows = shard.input.raw_chunk_rows();
-    if (rows != block_rows && !(rows == shard.samples && rows < block_rows)) {
-      not_mapped = where + " is not stored as hpctrain writes it (one checksummed, uncompressed chunk "
-                   "of " + std::to_string(block_rows) + " samples per block)";
+    if (rows != 0 && rows != block_rows && !(rows == shard.samples && rows < block_rows)) {
+      not_mapped = where + " has chunks of " + std::to_string(rows) + " samples, not the " +
+                   std::to_string(block_rows) + " hpctrain writes";
       return;
     }
-    offsets.push_back(shard.input.raw_chunk_offsets());
-    const auto blocks_of_shard = static_cast<size_t>((shard.samples + block_rows - 1) / block_rows);
-    const bool all_stored = std::all_of(offsets.back().begin(), offsets.back().end(), [](std::int64_t at) { return at >= 0; });
-    if (offsets.back().size() != blocks_of_shard || !all_stored) {
-      not_mapped = where + ": HDF5 does not say where every chunk is stored";
+    std::string why;
+    offsets.push_back(shard.input.raw_chunk_offsets(&why));
+    if (offsets.back().empty()) {
+      not_mapped = where + ": " + why;
       return;
     }
   }
+  std::vector<io::MappedFile> files;
   for (size_t k = 0; k < shards.size(); ++k) {
-    Shard& shard = shards[k];
-    io::MappedFile file = io::MappedFile::map(shard.file.path(), ExitCode::kData);
-    const std::int64_t stored = shard.input.raw_chunk_bytes();
-    if (std::any_of(offsets[k].begin(), offsets[k].end(), [&](std::int64_t at) { return at + stored > file.size(); })) {
-      throw DataError(shard.file.path() + ": field '" + input_field.name + "' has chunks past the end of the file "
+    const std::string& path = shards[k].file.path();
+    try {
+      files.push_back(io::MappedFile::map(path, ExitCode::kData));
+    } catch (const Error& e) {
+      not_mapped = e.what();  // a file system that cannot map files: read them
+      return;
+    }
+    const std::int64_t stored = shards[k].input.raw_chunk_bytes();
+    if (std::any_of(offsets[k].begin(), offsets[k].end(),
+                    [&](std::int64_t at) { return at + stored > files.back().size(); })) {
+      throw DataError(path + ": field '" + input_field.name + "' has chunks past the end of the file "
                       "(truncated?); restore or re-create it");
     }
-    shard.mapped = std::move(file);
-    shard.chunk_offsets = std::move(offsets[k]);
+  }
+  for (size_t k = 0; k < shards.size(); ++k) {
+    shards[k].mapped = std::move(files[k]);
+    shards[k].chunk_offsets = std::move(offsets[k]);
   }
   mapped = true;
 }
@@ -267,7 +290,12 @@ Split Split::load(const std::string& dataset_dir, const std::string& split_name,
   return out;
 }
 
+ShardAccess shard_access(const std::string& data_io) {
+  return data_io == "mmap" ? ShardAccess::kMap : ShardAccess::kRead;
+}
+
 std::int64_t Split::size() const { return state_->samples; }
+std::int64_t Split::input_bytes() const { return state_->samples * row_bytes(state_->input_field); }
 const Manifest& Split::manifest() const { return state_->manifest; }
 std::vector<std::int64_t> Split::sample_shape() const { return state_->input_field.shape; }
 
@@ -397,7 +425,7 @@ void Split::preload() const {
 
 void Split::preload_collective() const {
   const State& s = *state_;
-  HT_CHECK(s.whole_split, "preload of a split that is not held in memory");
+  HT_CHECK(s.whole_split && !s.mapped, "collective preload of a split that is mapped or not held in memory");
   const FieldSpec& label = s.manifest.field("label");
   for (const State::Shard& shard : s.shards) {
     const io::CollectiveFile file = io::CollectiveFile::open(shard.file.path(), ExitCode::kData);
@@ -439,8 +467,8 @@ void set_shuffle_window(const Manifest& manifest, const std::string& split, std:
     for (std::int64_t first = 0; first < shard.samples; first += rows) options.block_starts.push_back(shard_first + first);
     shard_first += shard.samples;
   }
-  // Counted in blocks as the cache holds them, so with data.cache_mb >= 2 x window_mb the cache
-  // holds two windows: the one being read and the next.
+  // Counted in blocks of input read into memory, so with data.cache_mb >= 2 x window_mb the cache
+  // holds two windows, the one being read and the next (mapped, blocks take less room).
   options.window_blocks = std::max<std::int64_t>(1, (window_mb << 20) / block_bytes(input));
 }
 

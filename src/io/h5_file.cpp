@@ -461,22 +461,29 @@ void H5Dataset::check_raw_chunk(const void* stored, std::int64_t first, std::int
   }
 }
 
-std::vector<std::int64_t> H5Dataset::raw_chunk_offsets() const {
+std::vector<std::int64_t> H5Dataset::raw_chunk_offsets(std::string* why_not) const {
+  std::string unused;
+  std::string& why = why_not != nullptr ? *why_not : unused;
+  if (chunk_rows_ == 0) {
+    why = "its chunks are not stored as rows with a checksum alone (compressed, another type or "
+          "chunked across rows), or this HDF5 does not read chunks raw";
+    return {};
+  }
 #if H5_VERSION_GE(1, 10, 5) && !H5_VERSION_GE(2, 0, 0)
-  if (chunk_rows_ == 0) return {};
   const LibraryLock lock;
-  // Chunk addresses count from the file's base, past a user block if it has one.
   const Handle file(H5Iget_file_id(id_));
   const Handle fcpl(H5Fget_create_plist(file.get()));
   hsize_t user_block = 0;
-  if (!fcpl.ok() || H5Pget_userblock(fcpl.get(), &user_block) < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return {};
-  }
   const Handle space(H5Dget_space(id_));
   hsize_t stored_chunks = 0;
-  if (H5Dget_num_chunks(id_, space.get(), &stored_chunks) < 0) {
-    H5Eclear2(H5E_DEFAULT);
+  if (!fcpl.ok() || H5Pget_userblock(fcpl.get(), &user_block) < 0 ||
+      H5Dget_num_chunks(id_, space.get(), &stored_chunks) < 0) {
+    why = "HDF5 cannot list its chunks: " + hdf5_message();
+    return {};
+  }
+  // HDF5 1.14.4 began to count a user block in the addresses it gives; hpctrain writes none.
+  if (user_block != 0) {
+    why = "the file starts with a user block of " + std::to_string(user_block) + " bytes";
     return {};
   }
   std::vector<std::int64_t> offsets(static_cast<size_t>((info_.shape[0] + chunk_rows_ - 1) / chunk_rows_), -1);
@@ -486,17 +493,28 @@ std::vector<std::int64_t> H5Dataset::raw_chunk_offsets() const {
     haddr_t address = HADDR_UNDEF;
     hsize_t bytes = 0;
     if (H5Dget_chunk_info(id_, space.get(), index, coordinates.data(), &skipped_filters, &address, &bytes) < 0) {
-      H5Eclear2(H5E_DEFAULT);
+      why = "HDF5 cannot say where chunk " + std::to_string(index) + " is: " + hdf5_message();
       return {};
     }
     const auto chunk = static_cast<size_t>(coordinates[0] / static_cast<hsize_t>(chunk_rows_));
     if (chunk < offsets.size() && skipped_filters == 0 && address != HADDR_UNDEF &&
         static_cast<std::int64_t>(bytes) == raw_chunk_bytes()) {
-      offsets[chunk] = static_cast<std::int64_t>(user_block + address);
+      offsets[chunk] = static_cast<std::int64_t>(address);
+    }
+  }
+  for (size_t chunk = 0; chunk < offsets.size(); ++chunk) {
+    if (offsets[chunk] < 0) {
+      const std::int64_t first = static_cast<std::int64_t>(chunk) * chunk_rows_;
+      why = "the chunk of rows " + std::to_string(first) + "-" +
+            std::to_string(std::min(first + chunk_rows_, info_.shape[0]) - 1) +
+            " is not stored whole with its checksum";
+      return {};
     }
   }
   return offsets;
 #else
+  why = "this HDF5 (" + std::to_string(H5_VERS_MAJOR) + "." + std::to_string(H5_VERS_MINOR) + "." +
+        std::to_string(H5_VERS_RELEASE) + ") cannot say where chunks are stored (1.10.5 to 1.14 can)";
   return {};
 #endif
 }

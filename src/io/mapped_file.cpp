@@ -12,25 +12,31 @@
 #include <mutex>
 
 namespace hpctrain::io {
+
+// What the SIGBUS handler needs of one mapping; immutable once listed.
+struct MappedFile::Listing {
+  const std::uint8_t* begin = nullptr;
+  std::int64_t size = 0;
+  std::string path;
+  ExitCode code = ExitCode::kData;
+};
+
 namespace {
 
-// Note [Shrunk mappings]: a read of a mapped page past the end of a file that shrank after it was
-// mapped raises SIGBUS, which would end the rank with a bare "Bus error". Every mapping is listed
-// here, so the handler can name the file in one line and exit with the data error's code (the
-// launcher then ends the other ranks, as for any rank that exits early). The handler only reads
-// the list; a slot is filled before its start is published and emptied before it is unmapped.
-struct Mapping {
-  std::atomic<const std::uint8_t*> begin{nullptr};
-  std::int64_t size = 0;
-  const char* path = nullptr;
-};
-constexpr size_t kMappings = 8192;  // shard files mapped at once; more are mapped unlisted
-Mapping g_mappings[kMappings];
-std::mutex g_mappings_mutex;
+// Note [Shrunk mappings]: reading a mapped page that the file no longer has (it was cut short
+// after it was mapped) or that the file system cannot deliver (an I/O error) raises SIGBUS, which
+// would end the rank with a bare "Bus error". Every mapping is listed here, so the handler can
+// name the file in one line and exit with the code its owner gave (the launcher, or the other
+// ranks' rank watch, then ends the job: a signal handler cannot call MPI_Abort). A SIGBUS outside
+// every mapping goes to the handler that was there before (Open MPI's, say): the handler puts it
+// back and returns, and the faulting read raises the signal again. A slot holds a pointer to an
+// immutable Listing, published after it is filled and cleared before it is freed.
+constexpr size_t kSlots = 8192;  // shard files mapped at once; more are mapped unlisted
+std::atomic<const MappedFile::Listing*> g_slots[kSlots];
+std::mutex g_slots_mutex;
+struct sigaction g_previous_action;
 
-void write_text(const char* text) {
-  size_t length = 0;
-  while (text[length] != '\0') ++length;
+void write_text(const char* text, size_t length) {
   while (length > 0) {
     const ssize_t n = ::write(STDERR_FILENO, text, length);
     if (n <= 0) return;
@@ -39,48 +45,47 @@ void write_text(const char* text) {
   }
 }
 
-void on_bus_error(int signal, siginfo_t* info, void*) {
+void write_text(const char* text) { write_text(text, std::strlen(text)); }
+
+void on_bus_error(int, siginfo_t* info, void*) {
   const auto* at = static_cast<const std::uint8_t*>(info->si_addr);
-  for (const Mapping& mapping : g_mappings) {
-    const std::uint8_t* begin = mapping.begin.load(std::memory_order_acquire);
-    if (begin != nullptr && at >= begin && at < begin + mapping.size) {
+  for (const auto& slot : g_slots) {
+    const MappedFile::Listing* listing = slot.load(std::memory_order_acquire);
+    if (listing != nullptr && at >= listing->begin && at < listing->begin + listing->size) {
       write_text("hpctrain: error: ");
-      write_text(mapping.path);
-      write_text(": the file shrank while it was read through a mapping (data.io=mmap): it was changed "
-                 "during the run; restore it and resume\n");
-      ::_exit(static_cast<int>(ExitCode::kData));
+      write_text(listing->path.data(), listing->path.size());
+      write_text(": a page of this file, read through a mapping, is gone (the file was cut short "
+                 "while in use) or unreadable (an I/O error); restore it and resume\n");
+      ::_exit(static_cast<int>(listing->code));
     }
   }
-  ::signal(signal, SIG_DFL);  // not one of ours: the default action, as without the handler
-  ::raise(signal);
+  sigaction(SIGBUS, &g_previous_action, nullptr);
 }
 
-void list_mapping(const std::uint8_t* begin, std::int64_t size, const char* path) {
-  const std::lock_guard<std::mutex> lock(g_mappings_mutex);
+void list_mapping(const MappedFile::Listing* listing) {
+  const std::lock_guard<std::mutex> lock(g_slots_mutex);
   static const bool installed = [] {
     struct sigaction action {};
     action.sa_sigaction = on_bus_error;
     sigemptyset(&action.sa_mask);
     action.sa_flags = SA_SIGINFO;
-    sigaction(SIGBUS, &action, nullptr);
+    sigaction(SIGBUS, &action, &g_previous_action);
     return true;
   }();
   (void)installed;
-  for (Mapping& mapping : g_mappings) {
-    if (mapping.begin.load(std::memory_order_relaxed) == nullptr) {
-      mapping.size = size;
-      mapping.path = path;
-      mapping.begin.store(begin, std::memory_order_release);
+  for (auto& slot : g_slots) {
+    if (slot.load(std::memory_order_relaxed) == nullptr) {
+      slot.store(listing, std::memory_order_release);
       return;
     }
   }
 }
 
-void unlist_mapping(const std::uint8_t* begin) {
-  const std::lock_guard<std::mutex> lock(g_mappings_mutex);
-  for (Mapping& mapping : g_mappings) {
-    if (mapping.begin.load(std::memory_order_relaxed) == begin) {
-      mapping.begin.store(nullptr, std::memory_order_release);
+void unlist_mapping(const MappedFile::Listing* listing) {
+  const std::lock_guard<std::mutex> lock(g_slots_mutex);
+  for (auto& slot : g_slots) {
+    if (slot.load(std::memory_order_relaxed) == listing) {
+      slot.store(nullptr, std::memory_order_release);
       return;
     }
   }
@@ -99,7 +104,6 @@ MappedFile MappedFile::map(const std::string& path, ExitCode code) {
   }
   MappedFile mapped;
   mapped.size_ = static_cast<std::int64_t>(status.st_size);
-  mapped.path_ = std::make_unique<const std::string>(path);
   if (mapped.size_ > 0) {
     void* data = ::mmap(nullptr, static_cast<size_t>(mapped.size_), PROT_READ, MAP_SHARED, fd, 0);
     if (data == MAP_FAILED) {
@@ -108,14 +112,15 @@ MappedFile MappedFile::map(const std::string& path, ExitCode code) {
       throw Error(path + ": cannot map it into memory: " + std::strerror(error), code);
     }
     mapped.data_ = static_cast<const std::uint8_t*>(data);
-    list_mapping(mapped.data_, mapped.size_, mapped.path_->c_str());
+    mapped.listing_ = std::make_unique<const Listing>(Listing{mapped.data_, mapped.size_, path, code});
+    list_mapping(mapped.listing_.get());
   }
   ::close(fd);  // the mapping keeps the file open
   return mapped;
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : data_(other.data_), size_(other.size_), path_(std::move(other.path_)) {
+    : data_(other.data_), size_(other.size_), listing_(std::move(other.listing_)) {
   other.data_ = nullptr;
   other.size_ = 0;
 }
@@ -125,7 +130,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     unmap();
     data_ = other.data_;
     size_ = other.size_;
-    path_ = std::move(other.path_);
+    listing_ = std::move(other.listing_);
     other.data_ = nullptr;
     other.size_ = 0;
   }
@@ -136,9 +141,10 @@ MappedFile::~MappedFile() { unmap(); }
 
 void MappedFile::unmap() {
   if (data_ != nullptr) {
-    unlist_mapping(data_);
+    unlist_mapping(listing_.get());
     ::munmap(const_cast<std::uint8_t*>(data_), static_cast<size_t>(size_));
   }
+  listing_.reset();
   data_ = nullptr;
   size_ = 0;
 }

@@ -9,7 +9,6 @@
 
 #include "hpctrain/config/parser.h"
 #include "hpctrain/data/augment.h"
-#include "hpctrain/data/shard_writer.h"
 #include "hpctrain/train/autocast.h"
 #include "hpctrain/train/global_batch.h"
 #include "hpctrain/train/optimizer.h"
@@ -115,21 +114,17 @@ EpochPlan Trainer::State::plan_samples() const {
   return plan;
 }
 
+// Mapped, a global shuffle reads the page cache; a split larger than the memory this job may use
+// reads the file system for about every sample.
 void Trainer::State::warn_of_split_reads(const data::SamplerOptions& options) const {
   const data::Split& split = *setup.train_split;
-  if (!split.why_not_mapped().empty()) {
-    log::warn("data.io=mmap: {}; the split is read through HDF5 instead", split.why_not_mapped());
-  }
-  // Mapped, a global shuffle reads the page cache; one larger than the host's memory reads the
-  // file system for about every sample.
-  const std::int64_t input_bytes = split.size() * data::row_bytes(split.manifest().fields.front());
-  const std::int64_t memory = sys::physical_memory_bytes();
+  const std::int64_t memory = sys::memory_limit_bytes();
   if (split.maps_files() && config().train.shuffle && options.block_starts.empty() && memory > 0 &&
-      input_bytes > memory) {
-    log::warn("split '{}' ({} MiB) is larger than this host's memory ({} MiB): a global shuffle of "
-              "the mapped files reads about one page from the file system per sample; set "
+      split.input_bytes() > memory) {
+    log::warn("split '{}' ({} MiB) is larger than the memory this job may use ({} MiB): a global shuffle "
+              "of the mapped files reads about one page from the file system per sample; set "
               "data.shuffle_window_mb to shuffle by chunks",
-              config().data.train_split, input_bytes >> 20, memory >> 20);
+              config().data.train_split, split.input_bytes() >> 20, memory >> 20);
   }
 }
 

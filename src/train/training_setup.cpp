@@ -5,6 +5,7 @@
 
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/core/error.h"
+#include "hpctrain/core/log.h"
 #include "hpctrain/core/system.h"
 #include "hpctrain/data/manifest.h"
 #include "hpctrain/model/model.h"
@@ -133,12 +134,17 @@ TrainingSetup prepare_training(const config::Config& config, bool need_train_spl
     setup.model = model::make_model(config.model, {{config.model.gpt_block_size}, manifest.num_classes, true});
     return setup;
   }
-  const data::ShardAccess access = config.data.io == "mmap" ? data::ShardAccess::kMap : data::ShardAccess::kRead;
+  const data::ShardAccess access = data::shard_access(config.data.io);
   if (need_train_split) {
     setup.train_split = data::Split::load(config.data.path, config.data.train_split, cache_bytes, access);
   }
   if (!config.data.eval_split.empty()) {
     setup.eval_split = data::Split::load(config.data.path, config.data.eval_split, cache_bytes, access);
+  }
+  for (const auto* split : {&setup.train_split, &setup.eval_split}) {
+    if (*split && !(*split)->why_not_mapped().empty()) {
+      log::info("data.io=mmap does not apply: {}; the split is read into memory", (*split)->why_not_mapped());
+    }
   }
   HT_CHECK(setup.train_split || setup.eval_split, "nothing to load: no train split and no eval split");
   const data::Split& any = setup.train_split ? *setup.train_split : *setup.eval_split;

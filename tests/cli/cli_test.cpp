@@ -142,6 +142,7 @@ TEST(Cli, BenchArgumentErrorsAreOneLineWithExitCode2) {
         {"bench comm --min-bytes 1KiB --max-bytes 512", "--min-bytes <= --max-bytes"},
         {"bench data --layers 4", "unknown option '--layers'"},  // bench step's, not bench data's
         {"bench data --data /nowhere --data-io direct", "--data-io must be mmap or posix"},
+        {"bench data --data /nowhere --io --data-io posix", "--io times posix against mpio; drop --data-io"},
         {"bench step extra", "bench step: unexpected argument 'extra'"},
         {"bench nothing", "expected 'data', 'comm' or 'step'"}}) {
     const ProcessResult r = run_command("env CUDA_VISIBLE_DEVICES= " + std::string(kBin) + " " + args);

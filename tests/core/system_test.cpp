@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -55,6 +56,13 @@ TEST(System, RemoveTreeRemovesEverythingBelowButNotWhatLinksPointAt) {
 }
 
 TEST(System, HostNameIsKnown) { EXPECT_FALSE(host_name().empty()); }
+
+// At most the host's memory, and at least what this process holds now.
+TEST(System, TheMemoryLimitIsAtMostTheHostsAndAboveThisProcesssUse) {
+  const std::int64_t host = static_cast<std::int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  EXPECT_LE(memory_limit_bytes(), host);
+  EXPECT_GT(memory_limit_bytes(), peak_rss_bytes());
+}
 
 TEST(System, ProcessAgeIsTheTimeSinceThisProcessStarted) {
   const double first = process_age_s();

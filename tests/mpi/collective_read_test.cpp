@@ -50,8 +50,10 @@ std::string write_dataset(const comm::Bootstrap& boot) {
 TEST(CollectiveRead, EveryRankHoldsTheWholeSplitAsItsOwnReadsWouldGiveIt) {
   const comm::Bootstrap& boot = *testing::g_bootstrap;
   const std::string dir = write_dataset(boot);
-  const data::Split collective = data::Split::load(dir, "train");
+  // Read collectively into memory (data.io=mpio), against this rank's mapped files.
+  const data::Split collective = data::Split::load(dir, "train", std::int64_t{256} << 20, data::ShardAccess::kRead);
   const data::Split own = data::Split::load(dir, "train");
+  ASSERT_TRUE(own.maps_files()) << own.why_not_mapped();
   ASSERT_TRUE(collective.caches_blocks());
   collective.preload_collective();
   own.preload();

@@ -12,8 +12,10 @@ std::string host_name();
 // Number of CPUs in this process's affinity mask (what mpirun/srun bound it to); at least 1.
 int affinity_cores();
 
-// The host's physical memory in bytes (0 where the system does not say).
-std::int64_t physical_memory_bytes();
+// The memory this process may use, in bytes: the host's physical memory, or less where its
+// cgroup (a Slurm job's, say; v2 memory.max, v1 memory.limit_in_bytes) sets a lower limit. 0
+// where the system does not say.
+std::int64_t memory_limit_bytes();
 
 // The most resident memory this process has had, in bytes (getrusage's ru_maxrss).
 std::int64_t peak_rss_bytes();

@@ -1,10 +1,11 @@
 // One split of a dataset (e.g. "train"), read on demand from its HDF5 shards in blocks of
-// consecutive samples, one HDF5 chunk each, kept in memory up to data.cache_mb (Note [Block cache]
-// in split.cpp): a split that fits is read once and held whole; a larger one keeps the most
-// recently used blocks, which serves file order and a shuffle by blocks (data.shuffle_window_mb)
-// with each block read once per epoch.
+// consecutive samples, one HDF5 chunk each, held up to data.cache_mb (Note [Block cache] in
+// split.cpp): a split that fits is read once and held whole; a larger one keeps the most recently
+// used blocks, which serves file order and a shuffle by blocks (data.shuffle_window_mb) with each
+// block read once per epoch. A block's input is used in place in the mapped shard file
+// (data.io=mmap, Note [Mapped shards]), taking no room in the budget, or read into memory.
 // gather() may be called from several threads at once (the loader's): io serializes HDF5 calls
-// (io/h5_file.h), copies from memory run in parallel.
+// (io/h5_file.h); checksums and copies run in parallel.
 // Depends on core, io, data/manifest, ATen.
 #pragma once
 
@@ -31,6 +32,9 @@ enum class ShardAccess {
   kMap,   // the shard files mapped: blocks are the page cache's bytes, one copy per node
 };
 
+// data.io's value as a Split reads: "mmap" maps, "posix" and "mpio" read.
+ShardAccess shard_access(const std::string& data_io);
+
 class Split {
  public:
   // Opens the split's shards and checks them against the manifest (the first field is the input,
@@ -39,9 +43,11 @@ class Split {
   // checksummed, in the type it is trained in) from the mapped files; any other is read as kRead.
   static Split load(const std::string& dataset_dir, const std::string& split_name,
                     std::int64_t cache_bytes = std::int64_t{256} << 20,
-                    ShardAccess access = ShardAccess::kRead);
+                    ShardAccess access = ShardAccess::kMap);
 
   std::int64_t size() const;
+  // The bytes of the split's input field as stored.
+  std::int64_t input_bytes() const;
   const Manifest& manifest() const;
   std::vector<std::int64_t> sample_shape() const;
 

@@ -60,9 +60,11 @@ class H5Dataset {
   std::int64_t raw_chunk_reads() const { return raw_chunk_reads_.load(); }
   // Where in the file each chunk read raw is stored, as raw_chunk_bytes() bytes (data, then
   // checksum), for reading the file without HDF5 (io::MappedFile): the byte offset of chunk k
-  // (rows from k * raw_chunk_rows()), or -1 where a chunk is not stored so (unwritten, or a
-  // filter skipped). Empty when chunks are not read raw or this HDF5 cannot say (before 1.10.5).
-  std::vector<std::int64_t> raw_chunk_offsets() const;
+  // (rows from k * raw_chunk_rows()). Empty, and `why_not` (when given) says why, when a chunk is
+  // not so stored (unwritten, a filter skipped), chunks are not read raw, the file has a user
+  // block (HDF5 versions disagree on whether chunk addresses count it), or this HDF5 cannot say
+  // (before 1.10.5).
+  std::vector<std::int64_t> raw_chunk_offsets(std::string* why_not = nullptr) const;
   // Checks a stored chunk (raw_chunk_bytes() at `stored`) holding rows [first, first + count):
   // throws Error naming the rows and the file when its checksum fails.
   void check_raw_chunk(const void* stored, std::int64_t first, std::int64_t count) const;
