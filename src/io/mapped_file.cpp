@@ -29,7 +29,8 @@ namespace {
 // name the file in one line and exit with the code its owner gave (the launcher, or the other
 // ranks' rank watch, then ends the job: a signal handler cannot call MPI_Abort). A SIGBUS outside
 // every mapping goes to the handler that was there before (Open MPI's, say): the handler puts it
-// back and returns, and the faulting read raises the signal again. A slot holds a pointer to an
+// back and returns, and the faulting read raises the signal again (one sent by kill is raised
+// again). A slot holds a pointer to an
 // immutable Listing, published after it is filled and cleared before it is freed.
 constexpr size_t kSlots = 8192;  // shard files mapped at once; more are mapped unlisted
 std::atomic<const MappedFile::Listing*> g_slots[kSlots];
@@ -60,6 +61,7 @@ void on_bus_error(int, siginfo_t* info, void*) {
     }
   }
   sigaction(SIGBUS, &g_previous_action, nullptr);
+  if (info->si_code <= 0) ::raise(SIGBUS);  // sent (kill), not a fault: no read raises it again
 }
 
 void list_mapping(const MappedFile::Listing* listing) {

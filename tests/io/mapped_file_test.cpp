@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -76,6 +77,23 @@ TEST(MappedFile, AFileCutShortWhileMappedEndsTheProcessNamingIt) {
       "hpctrain: error: .*shrinks.bin: a page of this file, read through a mapping, is gone \\(the file was cut short");
   fs::remove(path);
   ::unsetenv("HPCTRAIN_TEST_SHRINKING_FILE");
+  GTEST_FLAG_SET(death_test_style, saved_style);
+}
+
+// A SIGBUS that is no read of a mapping (here one sent to the process) is not taken for one: the
+// handler in place before decides, the default one here, which ends the process by the signal.
+TEST(MappedFile, ABusErrorOfNoMappingIsLeftToTheHandlerBefore) {
+  const std::string saved_style = GTEST_FLAG_GET(death_test_style);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const std::string path = temp_path("listed.bin");
+        write_bytes(path, std::vector<char>(4096, 'x'));
+        const MappedFile mapped = MappedFile::map(path, ExitCode::kData);  // installs the handler
+        fs::remove(path);
+        ::raise(SIGBUS);
+      },
+      ::testing::KilledBySignal(SIGBUS), "");
   GTEST_FLAG_SET(death_test_style, saved_style);
 }
 
