@@ -2,9 +2,13 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
 #include <map>
+#include <functional>
 #include <mutex>
 
 #include "hpctrain/comm/communicator.h"
@@ -15,8 +19,32 @@
 namespace hpctrain::ddp {
 
 namespace {
-constexpr unsigned kNoHook = ~0u;
+
+// Calls `on_accumulated` after autograd has added a backward's gradient into a parameter's .grad().
+class AfterAccumulation final : public torch::autograd::FunctionPostHook {
+ public:
+  explicit AfterAccumulation(std::function<void()> on_accumulated) : on_accumulated_(std::move(on_accumulated)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    on_accumulated_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> on_accumulated_;
+};
+
 }  // namespace
+
+// Note [Gradients in buckets]: each parameter's .grad() is its slot in its bucket's flat buffer
+// (PyTorch DDP's gradient_as_bucket_view), so autograd accumulates every backward's
+// gradient straight into the bucket, the bucket is averaged in place, and the optimizer reads the
+// averages where they are: no copy into the bucket and none back. A bucket is started from a
+// hook on the parameter's gradient accumulator (AccumulateGrad), which runs after the gradient
+// was added; a hook on the tensor would run before. Views are attached when GradSync is made and
+// again before each backward, for an optimizer whose zero_grad() drops the gradients (libtorch
+// 2's set_to_none) instead of zeroing them: a .grad() that is not the view (dropped, or replaced)
+// is copied into the slot first, and the average copied back to it.
 
 struct GradSync::State {
   comm::Communicator& comm;
@@ -35,7 +63,10 @@ struct GradSync::State {
   bool alone = false;  // one rank: the mean over ranks is the gradient itself, nothing to do
   bool reported_unused = false;
   std::vector<size_t> unused;
-  std::vector<unsigned> hooks;
+  // parameter -> its gradient accumulator and the key of our hook on it (null: no hook). Held, so
+  // autograd keeps the accumulator, and our hook, from one backward to the next.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<std::uintptr_t> hook_keys;
   std::mutex mutex;                      // hooks run on autograd's threads
 
   State(comm::Communicator& c, std::vector<at::Tensor> p, GradSyncOptions o)
@@ -45,17 +76,35 @@ struct GradSync::State {
     return buffers[bucket_of[i]].narrow(0, offset_of[i], parameters[i].numel());
   }
 
-  // Autograd hook: parameter i's gradient of this backward.
-  void on_gradient(size_t i, const at::Tensor& gradient) {
-    const std::lock_guard<std::mutex> lock(mutex);
+  // Whether parameter i's .grad() is its slot (Note [Gradients in buckets]).
+  bool grad_in_slot(size_t i) const {
+    const at::Tensor& grad = parameters[i].grad();
+    return grad.defined() && grad.data_ptr() == slot(i).data_ptr();
+  }
+
+  void attach_views() {
     c10::NoGradGuard no_grad;
-    at::Tensor target = slot(i);
-    if (filled[i]) {
-      target.add_(gradient.reshape({-1}));
-    } else {
-      target.copy_(gradient.reshape({-1}));
-      filled[i] = 1;
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      if (!accumulators[i] || grad_in_slot(i)) continue;
+      const at::Tensor& grad = parameters[i].grad();
+      // The slot's memory, but not an autograd view of the bucket: an optimizer's zero_grad()
+      // may detach_() a gradient, which libtorch refuses for a view.
+      const at::Tensor shaped = slot(i).view(parameters[i].sizes());
+      at::Tensor in_slot = at::empty({0}, shaped.options())
+                               .set_(shaped.storage(), shaped.storage_offset(), shaped.sizes(), shaped.strides());
+      if (grad.defined()) {
+        in_slot.copy_(grad);
+      } else {
+        in_slot.zero_();
+      }
+      parameters[i].mutable_grad() = in_slot;
     }
+  }
+
+  // After autograd added parameter i's gradient of this backward into its .grad().
+  void on_accumulated(size_t i) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    filled[i] = 1;
     const size_t b = bucket_of[i];
     if (last_backward && options.overlap && missing[b] > 0 && --missing[b] == 0) launch_ready();
   }
@@ -65,8 +114,9 @@ struct GradSync::State {
   }
 
   void launch(size_t b) {
+    c10::NoGradGuard no_grad;
     for (const size_t i : plan[b].parameters) {
-      if (filled[i]) continue;  // no gradient from backward: what .grad() holds, or zeros
+      if (grad_in_slot(i)) continue;  // what backward accumulated, or what .grad() held
       const at::Tensor& grad = parameters[i].grad();
       if (grad.defined()) {
         slot(i).copy_(grad.reshape({-1}));
@@ -108,25 +158,30 @@ GradSync::GradSync(comm::Communicator& comm, std::vector<at::Tensor> parameters,
   s.filled.assign(s.parameters.size(), 0);
   s.missing.assign(s.plan.size(), 0);
   s.works.resize(s.plan.size());
-  s.hooks.assign(s.parameters.size(), kNoHook);
+  s.accumulators.resize(s.parameters.size());
+  s.hook_keys.assign(s.parameters.size(), 0);
   s.alone = comm.size() == 1;
   for (size_t i = 0; i < s.parameters.size() && !s.alone; ++i) {
     if (!s.parameters[i].requires_grad()) continue;  // frozen: never gets a gradient
     State* state = state_.get();
-    s.hooks[i] = s.parameters[i].register_hook(
-        [state, i](const at::Tensor& gradient) { state->on_gradient(i, gradient); });
+    s.accumulators[i] = torch::autograd::impl::grad_accumulator(s.parameters[i]);
+    HT_CHECK(s.accumulators[i] != nullptr, "a trainable parameter has no gradient accumulator");
+    s.hook_keys[i] = s.accumulators[i]->add_post_hook(
+        std::make_unique<AfterAccumulation>([state, i] { state->on_accumulated(i); }));
   }
+  s.attach_views();
 }
 
 GradSync::~GradSync() {
   for (size_t i = 0; i < state_->parameters.size(); ++i) {
-    if (state_->hooks[i] != kNoHook) state_->parameters[i].remove_hook(state_->hooks[i]);
+    if (state_->accumulators[i]) state_->accumulators[i]->del_post_hook(state_->hook_keys[i]);
   }
 }
 
 void GradSync::begin_backward(bool last_micro_batch) {
   State& s = *state_;
   const std::lock_guard<std::mutex> lock(s.mutex);
+  s.attach_views();
   s.last_backward = last_micro_batch;
   if (!last_micro_batch) return;
   for (size_t b = 0; b < s.plan.size(); ++b) s.missing[b] = s.plan[b].parameters.size();
@@ -147,6 +202,7 @@ void GradSync::average_gradients() {
   s.unused.clear();
   for (size_t i = 0; i < s.parameters.size(); ++i) {
     if (!s.filled[i]) s.unused.push_back(i);
+    if (s.grad_in_slot(i)) continue;  // averaged in place
     at::Tensor averaged = s.slot(i).view(s.parameters[i].sizes());
     if (s.parameters[i].grad().defined()) {
       s.parameters[i].mutable_grad().copy_(averaged);

@@ -2,11 +2,12 @@
 // parameters, BatchNorm buffers) from one rank to all.
 //
 // GradSync is the reducer (docs/distributed.md): gradients are grouped into buckets of
-// dist.bucket_mb in reverse parameter order (bucket_plan.h); a hook on every parameter copies its
-// gradient into its bucket the moment backward produces it, and in the step's last backward a
+// dist.bucket_mb in reverse parameter order (bucket_plan.h), every parameter's .grad() being its
+// slot in its bucket's flat buffer, into which autograd accumulates (Note [Gradients in buckets]);
+// a hook after each accumulation counts the gradients in, and in the step's last backward a
 // bucket whose gradients are all in is reduced at once (overlap) while backward goes on. Buckets
 // start strictly in order on every rank, so all ranks issue the same collectives in the same
-// order. average_gradients() waits for them and writes the averages into each .grad().
+// order. average_gradients() waits for them; the averages are then in each .grad().
 // Depends on core, comm and ATen; never on models or the trainer.
 #pragma once
 
