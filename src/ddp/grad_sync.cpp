@@ -7,8 +7,8 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
-#include <map>
 #include <functional>
+#include <map>
 #include <mutex>
 
 #include "hpctrain/comm/communicator.h"
@@ -41,10 +41,10 @@ class AfterAccumulation final : public torch::autograd::FunctionPostHook {
 // gradient straight into the bucket, the bucket is averaged in place, and the optimizer reads the
 // averages where they are: no copy into the bucket and none back. A bucket is started from a
 // hook on the parameter's gradient accumulator (AccumulateGrad), which runs after the gradient
-// was added; a hook on the tensor would run before. Views are attached when GradSync is made and
-// again before each backward, for an optimizer whose zero_grad() drops the gradients (libtorch
-// 2's set_to_none) instead of zeroing them: a .grad() that is not the view (dropped, or replaced)
-// is copied into the slot first, and the average copied back to it.
+// was added; a hook on the tensor would run before. Gradients are put in their slots when
+// GradSync is made and again before each backward, for an optimizer whose zero_grad() drops them
+// (libtorch 2's set_to_none) instead of zeroing them. A .grad() found elsewhere (a frozen
+// parameter's, or one replaced) is copied into its slot at launch and the average copied back.
 
 struct GradSync::State {
   comm::Communicator& comm;
@@ -55,6 +55,7 @@ struct GradSync::State {
   std::vector<at::Tensor> wire;          // bucket -> what travels (compression), or its buffer
   std::vector<size_t> bucket_of;         // parameter -> bucket
   std::vector<std::int64_t> offset_of;   // parameter -> offset in its bucket's buffer
+  std::vector<const void*> slot_data;    // parameter -> where its slot starts
   std::vector<char> filled;              // parameter -> has a gradient in its slot this step
   std::vector<size_t> missing;           // bucket -> parameters still to come in the last backward
   std::vector<std::unique_ptr<comm::Work>> works;  // bucket -> its reduction, once started
@@ -79,10 +80,10 @@ struct GradSync::State {
   // Whether parameter i's .grad() is its slot (Note [Gradients in buckets]).
   bool grad_in_slot(size_t i) const {
     const at::Tensor& grad = parameters[i].grad();
-    return grad.defined() && grad.data_ptr() == slot(i).data_ptr();
+    return grad.defined() && grad.data_ptr() == slot_data[i];
   }
 
-  void attach_views() {
+  void put_gradients_in_slots() {
     c10::NoGradGuard no_grad;
     for (size_t i = 0; i < parameters.size(); ++i) {
       if (!accumulators[i] || grad_in_slot(i)) continue;
@@ -169,7 +170,8 @@ GradSync::GradSync(comm::Communicator& comm, std::vector<at::Tensor> parameters,
     s.hook_keys[i] = s.accumulators[i]->add_post_hook(
         std::make_unique<AfterAccumulation>([state, i] { state->on_accumulated(i); }));
   }
-  s.attach_views();
+  for (size_t i = 0; i < s.parameters.size(); ++i) s.slot_data.push_back(s.slot(i).data_ptr());
+  s.put_gradients_in_slots();
 }
 
 GradSync::~GradSync() {
@@ -181,7 +183,7 @@ GradSync::~GradSync() {
 void GradSync::begin_backward(bool last_micro_batch) {
   State& s = *state_;
   const std::lock_guard<std::mutex> lock(s.mutex);
-  s.attach_views();
+  s.put_gradients_in_slots();
   s.last_backward = last_micro_batch;
   if (!last_micro_batch) return;
   for (size_t b = 0; b < s.plan.size(); ++b) s.missing[b] = s.plan[b].parameters.size();
