@@ -39,28 +39,51 @@ const char* const kStepUsage =
     "forward+backward alone; the gradient reduction alone, through GradSync's buckets of\n"
     "--bucket-mb and as one allreduce of all gradient bytes; and the whole step with GradSync,\n"
     "overlap off and on. 3 untimed steps, then --steps timed ones; medians over steps, of the\n"
-    "slowest rank. exposed = step - forward+backward: the communication the step waits for. With\n"
+    "slowest rank. Cases compared are timed in turn, step by step, so they see the same machine:\n"
+    "the two reductions; and each step with forward+backward alone, exposed = step -\n"
+    "forward+backward (medians of each): the communication the step waits for. With\n"
     "one rank GradSync has nothing to do and adds nothing. --precision and --tf32 act as\n"
     "train.precision and train.tf32 do (fp16 without loss scaling: the step is timed, not\n"
     "trained). Model TFLOP/s per device: the FLOPs training counts\n"
     "(3x the first forward's) over the case's time; MFU against the peak train.peak_tflops\n"
     "would use on a known GPU (none on a CPU or in full float32).\n";
 
-// Median over `steps` timed runs (after 3 untimed) of `work`, the slowest rank's.
-double time_step(const comm::Bootstrap& bootstrap, c10::Device device, int steps,
-                 const std::function<void()>& work) {
-  const auto synced = [&] {
-    work();
-    if (device.is_cuda()) torch::cuda::synchronize(device.index());
-  };
-  synced();  // with time_passes' own untimed pass: 3 untimed steps
-  synced();
-  const double mine = median(time_passes(steps, synced));
-  // The slowest rank decides: max through a sum of one-hot contributions.
+// The slowest rank's value of `mine`: max through a sum of one-hot contributions.
+double slowest_rank(const comm::Bootstrap& bootstrap, double mine) {
   std::vector<float> all(static_cast<size_t>(bootstrap.world_size()), 0.0f);
   all[static_cast<size_t>(bootstrap.world_rank())] = static_cast<float>(mine);
   bootstrap.allreduce_sum(all.data(), static_cast<std::int64_t>(all.size()));
   return *std::max_element(all.begin(), all.end());
+}
+
+// Median over `steps` timed runs of each of `works`, the slowest rank's, after 3 untimed runs of
+// each. Several works are timed in turn, step by step (a, b, a, b, ...), so a machine that
+// speeds up or slows down during the run moves them alike: their ratio is what is compared.
+std::vector<double> time_steps(const comm::Bootstrap& bootstrap, c10::Device device, int steps,
+                               const std::vector<std::function<void()>>& works) {
+  const auto synced = [&](const std::function<void()>& work) {
+    work();
+    if (device.is_cuda()) torch::cuda::synchronize(device.index());
+  };
+  for (int warm = 0; warm < 3; ++warm) {
+    for (const auto& work : works) synced(work);
+  }
+  std::vector<std::vector<double>> seconds(works.size());
+  for (int step = 0; step < steps; ++step) {
+    for (size_t w = 0; w < works.size(); ++w) {
+      const Timer timer;
+      synced(works[w]);
+      seconds[w].push_back(timer.elapsed_s());
+    }
+  }
+  std::vector<double> medians;
+  for (const auto& times : seconds) medians.push_back(slowest_rank(bootstrap, median(times)));
+  return medians;
+}
+
+double time_step(const comm::Bootstrap& bootstrap, c10::Device device, int steps,
+                 const std::function<void()>& work) {
+  return time_steps(bootstrap, device, steps, {work}).front();
 }
 
 std::string text_flag(const config::ParsedArgs& parsed, const std::string& name, const std::string& fallback) {
@@ -178,25 +201,35 @@ int bench_step(const config::ParsedArgs& parsed) {
   std::int64_t numel = 0;
   for (const auto& p : parameters) numel += p.numel();
   at::Tensor flat = torch::zeros({numel}, parameters.front().options());
-  const double flat_s = time_step(*bootstrap, device, steps,
-                                  [&] { comm->allreduce_blocking(flat, comm::ReduceOp::kAvg); });
 
   ddp::GradSyncOptions options;
   options.bucket_bytes = bucket_mb << 20;
   options.warn_unused = false;  // "buckets alone" reduces without a backward on purpose
+  double flat_s = 0.0;
   double bucketed_s = 0.0;
   double step_s[2] = {0.0, 0.0};
+  double exposed_s[2] = {0.0, 0.0};
   size_t buckets = 0;
   for (const bool overlap : {false, true}) {
     options.overlap = overlap;
     ddp::GradSync sync(*comm, parameters, options);
     buckets = sync.bucket_count();
-    if (!overlap) bucketed_s = time_step(*bootstrap, device, steps, [&] { sync.average_gradients(); });
-    step_s[overlap ? 1 : 0] = time_step(*bootstrap, device, steps, [&] {
-      sync.begin_backward(true);
-      forward_backward();
-      sync.average_gradients();
-    });
+    if (!overlap) {
+      // Timed in turn, the two reductions of the same bytes see the same machine.
+      const std::vector<double> reductions =
+          time_steps(*bootstrap, device, steps, {[&] { comm->allreduce_blocking(flat, comm::ReduceOp::kAvg); },
+                                                 [&] { sync.average_gradients(); }});
+      flat_s = reductions[0];
+      bucketed_s = reductions[1];
+    }
+    // Each step timed in turn with forward+backward alone, which it is compared with.
+    const std::vector<double> paired = time_steps(*bootstrap, device, steps, {forward_backward, [&] {
+                                                    sync.begin_backward(true);
+                                                    forward_backward();
+                                                    sync.average_gradients();
+                                                  }});
+    step_s[overlap ? 1 : 0] = paired[1];
+    exposed_s[overlap ? 1 : 0] = paired[1] - paired[0];
   }
   const std::int64_t gpu_memory = use_cuda ? comm::gpu_memory_in_use_bytes(device.index()) : -1;
 
@@ -240,8 +273,7 @@ int bench_step(const config::ParsedArgs& parsed) {
     row("GradSync buckets alone", bucketed_s, false);
     row("step, overlap off", step_s[0], true);
     row("step, overlap on", step_s[1], true);
-    std::printf("exposed communication: overlap off %.3f ms, on %.3f ms\n", (step_s[0] - compute_s) * ms,
-                (step_s[1] - compute_s) * ms);
+    std::printf("exposed communication: overlap off %.3f ms, on %.3f ms\n", exposed_s[0] * ms, exposed_s[1] * ms);
     std::printf("buckets / one allreduce: %.2f\n", bucketed_s / flat_s);
     if (gpu_memory >= 0) std::printf("GPU memory in use (driver's count): %.0f MiB\n", gpu_memory / 1048576.0);
   }
