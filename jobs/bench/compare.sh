@@ -236,18 +236,19 @@ for size in sorted(comm):
     blocking, waited, mpi = comm[size]
     comm_lines.append(f"| {size:,} | {blocking:.2f} | {waited:.2f} | {mpi:.2f} | {gloo.get(size, float('nan')):.2f} | "
                       f"{blocking / mpi:.2f}x | {waited / mpi:.2f}x | {'>= 0.95x' if size >= 65536 else '-'} |")
-# The loader: bench data's "case samples/s MB/s %-of-raw blocks" rows (the case has spaces).
+# The loader: bench data's "case samples/s MB/s raw-MB/s %-of-raw blocks" rows (the case has
+# spaces); each case against the raw read timed in turn with it.
 io_lines = ["", "I/O, MB/s (page cache warm for the loader; checkpoint: median of 3 alternating writes):", "",
             "| case | hpctrain | reference | hpctrain / reference |", "|---|---|---|---|"]
 data = {}
 for l in open(f"{out}/bench-data.txt"):
     f = l.split()
     if l.startswith(("raw ", "loader ")):
-        data[" ".join(f[:-4])] = float(f[-3])
-raw = data["raw sequential read"]
+        data[" ".join(f[:-5])] = (float(f[-4]), float(f[-3]))
 for case in ("loader first pass", "loader sequential, 1T", "loader shuffled, 1T", "loader shuffled, 2T"):
-    io_lines.append(f"| {case} (bench data) vs a raw read(2) of the shards | {data[case]:,.0f} | {raw:,.0f} | "
-                    f"{data[case] / raw:.2f}x |")
+    loader, raw = data[case]
+    io_lines.append(f"| {case} (bench data) vs a raw read(2) of the shards | {loader:,.0f} | {raw:,.0f} | "
+                    f"{loader / raw:.2f}x |")
 writes = defaultdict(list)
 for l in open(f"{out}/ckpt-writes.tsv"):
     program, size, seconds = l.split()
