@@ -97,6 +97,7 @@ struct Split::State {
   std::string not_mapped;  // ShardAccess::kMap asked for, and why the files are read instead
   // whole_split only: each block once read, by split-wide index; read without blocks_mutex.
   std::unique_ptr<std::atomic<const Block*>[]> resident;
+  std::shared_ptr<BatchPool> batch_memory = BatchPool::make();  // gather's tensors (Note [Batch memory])
 
   // Block b of `shard`, read first if it is not held. The read runs outside blocks_mutex, so loader
   // threads read and check blocks at once (io still makes one HDF5 call at a time); two threads
@@ -384,9 +385,12 @@ Batch Split::gather(const std::vector<std::int64_t>& indices, bool pinned) const
   const auto count = static_cast<std::int64_t>(indices.size());
   std::vector<std::int64_t> shape{count};
   shape.insert(shape.end(), s.input_field.shape.begin(), s.input_field.shape.end());
-  const auto options = at::TensorOptions().pinned_memory(pinned);
-  at::Tensor raw = at::empty(shape, options.dtype(scalar_type(s.input_field.dtype)));
-  at::Tensor target = at::empty({count}, options.dtype(at::kLong));
+  const at::ScalarType input_type = scalar_type(s.input_field.dtype);
+  // Pinned memory comes from the CUDA host allocator, which keeps its blocks for reuse itself.
+  at::Tensor raw = pinned ? at::empty(shape, at::TensorOptions().pinned_memory(true).dtype(input_type))
+                          : s.batch_memory->empty(shape, input_type);
+  at::Tensor target = pinned ? at::empty({count}, at::TensorOptions().pinned_memory(true).dtype(at::kLong))
+                             : s.batch_memory->empty({count}, at::kLong);
   s.gather_rows(indices, static_cast<std::uint8_t*>(raw.data_ptr()), target.data_ptr<std::int64_t>());
   return {raw, target};
 }
@@ -409,6 +413,8 @@ const std::string& Split::why_not_mapped() const { return state_->not_mapped; }
 std::int64_t Split::block_cache_bytes() const { return state_->cached_block_bytes; }
 
 std::int64_t Split::blocks_held_at_most() const { return state_->capacity; }
+
+const BatchPool& Split::batch_memory() const { return *state_->batch_memory; }
 
 std::int64_t Split::blocks_read() const {
   const std::lock_guard<std::mutex> lock(state_->blocks_mutex);

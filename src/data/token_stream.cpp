@@ -28,6 +28,7 @@ struct TokenStream::State {
   std::int64_t tokens = 0;
   std::int64_t block_size = 1;
   std::vector<std::int32_t> memory;  // the whole stream, when it fits the budget
+  std::shared_ptr<BatchPool> batch_memory = BatchPool::make();  // gather's tensors (Note [Batch memory])
 
   // A token outside the vocabulary (manifest num_classes) would index past the model's embedding,
   // on one rank only; it is an error in the data, named here.
@@ -99,15 +100,19 @@ std::int64_t TokenStream::block_size() const { return state_->block_size; }
 const Manifest& TokenStream::manifest() const { return state_->manifest; }
 bool TokenStream::in_memory() const { return !state_->memory.empty(); }
 
+const BatchPool& TokenStream::batch_memory() const { return *state_->batch_memory; }
+
 Batch TokenStream::gather(const std::vector<std::int64_t>& offsets, bool pinned) const {
   const State& s = *state_;
   const std::int64_t window = s.block_size + 1;
   const auto count = static_cast<std::int64_t>(offsets.size());
   // Two tensors, not two views of one: a pinned tensor copies to a GPU asynchronously only
   // when it is contiguous.
-  const auto options = at::TensorOptions().dtype(at::kLong).pinned_memory(pinned);
-  at::Tensor input = at::empty({count, s.block_size}, options);
-  at::Tensor target = at::empty({count, s.block_size}, options);
+  const auto pinned_options = at::TensorOptions().dtype(at::kLong).pinned_memory(true);
+  at::Tensor input = pinned ? at::empty({count, s.block_size}, pinned_options)
+                            : s.batch_memory->empty({count, s.block_size}, at::kLong);
+  at::Tensor target = pinned ? at::empty({count, s.block_size}, pinned_options)
+                             : s.batch_memory->empty({count, s.block_size}, at::kLong);
   auto* to_input = input.data_ptr<std::int64_t>();
   auto* to_target = target.data_ptr<std::int64_t>();
   std::vector<std::int32_t> tokens(static_cast<size_t>(window));

@@ -14,6 +14,7 @@
 #include <iterator>
 #include <future>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "hpctrain/core/error.h"
@@ -80,6 +81,22 @@ TEST_F(LoaderTest, GatherReturnsSamplesInBatchOrderAcrossShardsAndRepeats) {
     EXPECT_THROW(split.gather({50}), DataError);
     EXPECT_THROW(split.gather({-1}), DataError);
   }
+}
+
+// Note [Batch memory]: a batch the loop dropped lends its memory to the next one of its size.
+TEST_F(LoaderTest, ABatchDroppedLendsItsMemoryToTheNext) {
+  const Split split = Split::load(dir_, "train");
+  Batch first = split.gather({3, 4, 5});
+  // Three samples of two floats and three labels: 24 bytes each, so either may take either.
+  const std::set<const void*> lent{first.input.data_ptr(), first.target.data_ptr()};
+  first = {};
+  EXPECT_EQ(split.batch_memory().buffers_held(), 2);
+  const Batch second = split.gather({40, 2, 17});
+  EXPECT_EQ((std::set<const void*>{second.input.data_ptr(), second.target.data_ptr()}), lent);
+  EXPECT_EQ(split.batch_memory().buffers_allocated(), 2);
+  EXPECT_EQ(split.batch_memory().buffers_held(), 0);
+  EXPECT_EQ(second.input[0][0].item<float>(), 40.0f);
+  EXPECT_TRUE(at::equal(second.target, at::tensor({0, 2, 2}, at::kLong)));
 }
 
 // Rows of 256 KiB make blocks of 4 rows (one chunk each, about 1 MiB in memory), so shards of 12

@@ -135,6 +135,20 @@ TEST_F(TokenStreamTest, WindowsAreTheTextShiftedByOneAcrossShardsInMemoryOrNot) 
   }
 }
 
+// Note [Batch memory]: a batch dropped lends its memory to the next, which holds its own windows.
+TEST_F(TokenStreamTest, ABatchDroppedLendsItsMemoryToTheNext) {
+  const TokenStream stream = TokenStream::load((root_ / "data").string(), "train", 10);
+  Batch first = stream.gather({0, 1});
+  const std::set<const void*> lent{first.input.data_ptr(), first.target.data_ptr()};
+  first = {};
+  EXPECT_EQ(stream.batch_memory().buffers_held(), 2);
+  const Batch second = stream.gather({100, 7});
+  EXPECT_EQ((std::set<const void*>{second.input.data_ptr(), second.target.data_ptr()}), lent);
+  EXPECT_EQ(stream.batch_memory().buffers_allocated(), 2);
+  EXPECT_EQ(second.input[0][0].item<std::int64_t>(), static_cast<unsigned char>(text_[100]));
+  EXPECT_EQ(second.target[1][9].item<std::int64_t>(), static_cast<unsigned char>(text_[17]));
+}
+
 TEST_F(TokenStreamTest, TwoLoaderThreadsDeliverTheSamplersWindowsInOrder) {
   for (const std::int64_t cache : {std::int64_t{1} << 20, std::int64_t{1}}) {
     const TokenStream stream = TokenStream::load((root_ / "data").string(), "train", 8, cache);

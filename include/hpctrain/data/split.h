@@ -6,7 +6,7 @@
 // (data.io=mmap, Note [Mapped shards]), taking no room in the budget, or read into memory.
 // gather() may be called from several threads at once (the loader's): io serializes HDF5 calls
 // (io/h5_file.h); checksums and copies run in parallel.
-// Depends on core, io, data/manifest, ATen.
+// Depends on core, io, data/manifest, data/batch_pool, ATen.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/data/batch_pool.h"
 #include "hpctrain/data/distributed_sampler.h"
 #include "hpctrain/data/manifest.h"
 
@@ -76,6 +77,8 @@ class Split {
   std::int64_t blocks_held_at_most() const;
   // Blocks read from the files so far, re-reads of evicted blocks included.
   std::int64_t blocks_read() const;
+  // Where gather() puts batches that are not pinned (Note [Batch memory] in batch_pool.cpp).
+  const BatchPool& batch_memory() const;
 
   // For a split held in memory (caches_blocks()): reads every block not read yet, now.
   // preload() reads on this rank alone (POSIX I/O through HDF5). preload_collective() is
