@@ -13,11 +13,11 @@ namespace hpctrain::data {
 // glibc serves each thread from its own arena, so every free by the training thread locks the
 // loader thread's arena while the loader allocates the next batch from it; perf put an eighth of
 // a loader thread's time in waking the other side of that lock (futex wakes from glibc's arena
-// lock) and a tenth in malloc's own work, against half in copying rows (`bench data`, one
-// reader, docs/benchmarks.md). Pooled, a batch's memory goes back to a list under a lock held
-// for a push, and comes out, most recently returned first, for the next batch of its size. The
-// tensor's context is the buffer's header, which holds the pool, so a batch outlives a Split or
-// a Loader that made it.
+// lock) and another eighth in malloc's own work, against half in copying rows (`bench data`,
+// one reader, file order; docs/benchmarks.md). Pooled, a batch's memory goes back to a list
+// under a lock held for a push, and comes out, most recently returned first, for the next batch
+// of its size. The tensor's context is the buffer's header, which holds the pool, so a batch
+// outlives the Split or TokenStream that made it.
 struct alignas(64) BatchPool::Buffer {
   std::shared_ptr<BatchPool> pool;  // set while a tensor uses the buffer
   std::size_t bytes = 0;            // of data, after the header
