@@ -37,9 +37,9 @@ const char* const kDataUsage =
     "the same shard files raw with read(2), 4 MiB at a time. The loader's first pass in file\n"
     "order reads the split from the files (and fills the page cache and the loader's block\n"
     "cache) and is reported on its own, against the raw read timed before it; then, for each\n"
-    "case, one untimed pass and --repeats timed passes, each after a raw read of its own, reported\n"
-    "as medians: raw MB/s is the raw read timed in turn with the case, and % of raw compares the\n"
-    "two (with --cold and mmap, the first raw read). MB/s counts the bytes of the input and label\n"
+    "case, one untimed pass and --repeats timed passes, each with a raw read of its own (before\n"
+    "and after it in turn), reported as medians: raw MB/s is the raw read timed in turn with the\n"
+    "case, and % of raw compares the two (with --cold and mmap, the first raw read). MB/s counts the bytes of the input and label\n"
     "fields delivered (raw: file bytes); blocks/pass is how many of the split's blocks (one chunk\n"
     "each) were read from the files per pass. --shuffle-window-mb N shuffles by chunks, as\n"
     "data.shuffle_window_mb=N does (with a --cache-mb smaller than the split, this is the\n"
@@ -183,7 +183,8 @@ int bench_data(const config::ParsedArgs& parsed) {
   const std::int64_t sequential_sum = label_sum;
   bool check = true;
   // The VM's raw read has moved between 5 and 16 GB/s within an hour, so each case is timed in
-  // turn with a raw read, pass by pass, and compared with it. Not with --cold and mapped files:
+  // turn with a raw read, pass by pass (before and after the passes alternately), and compared
+  // with it. Not with --cold and mapped files:
   // a raw read then finds the pages the loader keeps mapped in the page cache.
   const bool raw_in_turn = !(cold && split.maps_files());
   const std::string shuffled_name = window_mb > 0 ? "loader by chunks" : "loader shuffled";
@@ -194,15 +195,17 @@ int bench_data(const config::ParsedArgs& parsed) {
       loader_pass();  // untimed
       std::vector<double> loader_times;
       std::vector<double> raw_times;
+      const auto timed_raw = [&] {
+        const Timer timer;
+        raw_pass();
+        raw_times.push_back(timer.elapsed_s());
+      };
       for (int r = 0; r < repeats; ++r) {
-        if (raw_in_turn) {
-          const Timer raw_timer;
-          raw_pass();
-          raw_times.push_back(raw_timer.elapsed_s());
-        }
+        if (raw_in_turn && r % 2 == 0) timed_raw();  // before and after in turn
         const Timer timer;
         loader_pass();
         loader_times.push_back(timer.elapsed_s());
+        if (raw_in_turn && r % 2 == 1) timed_raw();
       }
       cases.push_back({(shuffle ? shuffled_name : std::string("loader sequential")) + ", " + std::to_string(threads) + "T",
                        median(loader_times), raw_in_turn ? median(raw_times) : raw_s,

@@ -40,8 +40,8 @@ const char* const kStepUsage =
     "--bucket-mb and as one allreduce of all gradient bytes; and the whole step with GradSync,\n"
     "overlap off and on. 3 untimed steps, then --steps timed ones; medians over steps, of the\n"
     "slowest rank. Cases compared are timed in turn, step by step, so they see the same machine:\n"
-    "the two reductions; and each step with forward+backward alone, exposed = step -\n"
-    "forward+backward (medians of each): the communication the step waits for. With\n"
+    "the two reductions; and each step with a forward+backward of its own, exposed = the median\n"
+    "of step - forward+backward over the steps: the communication the step waits for. With\n"
     "one rank GradSync has nothing to do and adds nothing. --precision and --tf32 act as\n"
     "train.precision and train.tf32 do (fp16 without loss scaling: the step is timed, not\n"
     "trained). Model TFLOP/s per device: the FLOPs training counts\n"
@@ -56,11 +56,12 @@ double slowest_rank(const comm::Bootstrap& bootstrap, double mine) {
   return *std::max_element(all.begin(), all.end());
 }
 
-// Median over `steps` timed runs of each of `works`, the slowest rank's, after 3 untimed runs of
-// each. Several works are timed in turn, step by step (a, b, a, b, ...), so a machine that
-// speeds up or slows down during the run moves them alike: their ratio is what is compared.
-std::vector<double> time_steps(const comm::Bootstrap& bootstrap, c10::Device device, int steps,
-                               const std::vector<std::function<void()>>& works) {
+// Seconds of each of `works` in each of `steps` timed steps (this rank's), after 3 untimed runs
+// of each. Several works are timed in turn, step by step, in alternating order (a b, b a, a b,
+// ...), so a machine that speeds up or slows down during the run, and whatever one work leaves
+// behind for the next, touch them alike: their differences and ratios are what is compared.
+std::vector<std::vector<double>> time_in_turn(c10::Device device, int steps,
+                                              const std::vector<std::function<void()>>& works) {
   const auto synced = [&](const std::function<void()>& work) {
     work();
     if (device.is_cuda()) torch::cuda::synchronize(device.index());
@@ -70,20 +71,25 @@ std::vector<double> time_steps(const comm::Bootstrap& bootstrap, c10::Device dev
   }
   std::vector<std::vector<double>> seconds(works.size());
   for (int step = 0; step < steps; ++step) {
-    for (size_t w = 0; w < works.size(); ++w) {
+    for (size_t k = 0; k < works.size(); ++k) {
+      const size_t w = step % 2 == 0 ? k : works.size() - 1 - k;
       const Timer timer;
       synced(works[w]);
       seconds[w].push_back(timer.elapsed_s());
     }
   }
-  std::vector<double> medians;
-  for (const auto& times : seconds) medians.push_back(slowest_rank(bootstrap, median(times)));
-  return medians;
+  return seconds;
 }
 
-double time_step(const comm::Bootstrap& bootstrap, c10::Device device, int steps,
-                 const std::function<void()>& work) {
-  return time_steps(bootstrap, device, steps, {work}).front();
+double slowest_median(const comm::Bootstrap& bootstrap, const std::vector<double>& seconds) {
+  return slowest_rank(bootstrap, median(seconds));
+}
+
+// Step by step, a - b.
+std::vector<double> differences(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> out;
+  for (size_t i = 0; i < a.size(); ++i) out.push_back(a[i] - b[i]);
+  return out;
 }
 
 std::string text_flag(const config::ParsedArgs& parsed, const std::string& name, const std::string& fallback) {
@@ -197,7 +203,7 @@ int bench_step(const config::ParsedArgs& parsed) {
   const double flops_per_sample =
       model::training_flops_per_sample(model::count_flops([&] { forward(); }) / static_cast<double>(batch));
 
-  const double compute_s = time_step(*bootstrap, device, steps, forward_backward);
+  const double compute_s = slowest_median(*bootstrap, time_in_turn(device, steps, {forward_backward})[0]);
   std::int64_t numel = 0;
   for (const auto& p : parameters) numel += p.numel();
   at::Tensor flat = torch::zeros({numel}, parameters.front().options());
@@ -216,20 +222,19 @@ int bench_step(const config::ParsedArgs& parsed) {
     buckets = sync.bucket_count();
     if (!overlap) {
       // Timed in turn, the two reductions of the same bytes see the same machine.
-      const std::vector<double> reductions =
-          time_steps(*bootstrap, device, steps, {[&] { comm->allreduce_blocking(flat, comm::ReduceOp::kAvg); },
-                                                 [&] { sync.average_gradients(); }});
-      flat_s = reductions[0];
-      bucketed_s = reductions[1];
+      const auto reductions = time_in_turn(device, steps, {[&] { comm->allreduce_blocking(flat, comm::ReduceOp::kAvg); },
+                                                           [&] { sync.average_gradients(); }});
+      flat_s = slowest_median(*bootstrap, reductions[0]);
+      bucketed_s = slowest_median(*bootstrap, reductions[1]);
     }
     // Each step timed in turn with forward+backward alone, which it is compared with.
-    const std::vector<double> paired = time_steps(*bootstrap, device, steps, {forward_backward, [&] {
-                                                    sync.begin_backward(true);
-                                                    forward_backward();
-                                                    sync.average_gradients();
-                                                  }});
-    step_s[overlap ? 1 : 0] = paired[1];
-    exposed_s[overlap ? 1 : 0] = paired[1] - paired[0];
+    const auto paired = time_in_turn(device, steps, {forward_backward, [&] {
+                                       sync.begin_backward(true);
+                                       forward_backward();
+                                       sync.average_gradients();
+                                     }});
+    step_s[overlap ? 1 : 0] = slowest_median(*bootstrap, paired[1]);
+    exposed_s[overlap ? 1 : 0] = slowest_median(*bootstrap, differences(paired[1], paired[0]));
   }
   const std::int64_t gpu_memory = use_cuda ? comm::gpu_memory_in_use_bytes(device.index()) : -1;
 
@@ -273,7 +278,8 @@ int bench_step(const config::ParsedArgs& parsed) {
     row("GradSync buckets alone", bucketed_s, false);
     row("step, overlap off", step_s[0], true);
     row("step, overlap on", step_s[1], true);
-    std::printf("exposed communication: overlap off %.3f ms, on %.3f ms\n", exposed_s[0] * ms, exposed_s[1] * ms);
+    std::printf("exposed communication (step - forward+backward, timed in turn): overlap off %.3f ms, on %.3f ms\n",
+                exposed_s[0] * ms, exposed_s[1] * ms);
     std::printf("buckets / one allreduce: %.2f\n", bucketed_s / flat_s);
     if (gpu_memory >= 0) std::printf("GPU memory in use (driver's count): %.0f MiB\n", gpu_memory / 1048576.0);
   }

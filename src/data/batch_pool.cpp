@@ -3,7 +3,9 @@
 #include <ATen/ops/from_blob.h>
 
 #include <cstdlib>
+#include <limits>
 #include <new>
+#include <string>
 
 #include "hpctrain/core/error.h"
 
@@ -16,8 +18,12 @@ namespace hpctrain::data {
 // lock) and another eighth in malloc's own work, against half in copying rows (`bench data`,
 // one reader, file order; docs/benchmarks.md). Pooled, a batch's memory goes back to a list
 // under a lock held for a push, and comes out, most recently returned first, for the next batch
-// of its size. The tensor's context is the buffer's header, which holds the pool, so a batch
-// outlives the Split or TokenStream that made it.
+// of its size. A buffer is allocated only when none of its size is back, so the pool holds no
+// more of a size than were in use at once (the loader's batches in flight, and those the loop
+// holds): no cap to tune, and the memory is what the loader needed anyway. The tensor's context
+// is the buffer's header, which holds the pool, so a batch outlives the Split or TokenStream that
+// made it. Returning a buffer cannot throw (it runs in a tensor's destructor): its size's entry
+// exists and its list has room reserved for every buffer of that size.
 struct alignas(64) BatchPool::Buffer {
   std::shared_ptr<BatchPool> pool;  // set while a tensor uses the buffer
   std::size_t bytes = 0;            // of data, after the header
@@ -27,53 +33,62 @@ struct alignas(64) BatchPool::Buffer {
 
 namespace {
 
-constexpr std::size_t kAlign = alignof(BatchPool::Buffer);  // a cache line, as libtorch's CPU allocator aligns
+constexpr std::size_t kAlign = 64;  // a cache line, as libtorch's CPU allocator aligns
 
-std::size_t rounded(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-
-void destroy(BatchPool::Buffer* buffer) {
-  buffer->~Buffer();
-  std::free(buffer);
+// The bytes of a tensor of `sizes` and `dtype`, or 0 with `fits` false when they overflow.
+std::size_t tensor_bytes(at::IntArrayRef sizes, at::ScalarType dtype, bool& fits) {
+  std::size_t bytes = c10::elementSize(dtype);
+  fits = true;
+  for (const std::int64_t size : sizes) {
+    HT_CHECK(size >= 0, "BatchPool::empty: negative size");
+    fits = fits && !__builtin_mul_overflow(bytes, static_cast<std::size_t>(size), &bytes);
+  }
+  return fits ? bytes : 0;
 }
 
 }  // namespace
 
-std::shared_ptr<BatchPool> BatchPool::make(std::int64_t max_free_bytes) {
-  HT_CHECK(max_free_bytes >= 0, "BatchPool: max_free_bytes must be >= 0");
-  return std::shared_ptr<BatchPool>(new BatchPool(max_free_bytes));
-}
+std::shared_ptr<BatchPool> BatchPool::make() { return std::shared_ptr<BatchPool>(new BatchPool()); }
 
 BatchPool::~BatchPool() {
-  for (auto& [bytes, buffers] : free_) {
-    for (Buffer* buffer : buffers) destroy(buffer);
+  for (auto& [bytes, size] : sizes_) {
+    for (Buffer* buffer : size.returned) destroy(buffer);
   }
 }
 
+void BatchPool::destroy(Buffer* buffer) {
+  buffer->~Buffer();
+  std::free(buffer);
+}
+
 at::Tensor BatchPool::empty(at::IntArrayRef sizes, at::ScalarType dtype) {
-  std::size_t bytes = c10::elementSize(dtype);
-  for (const std::int64_t size : sizes) {
-    HT_CHECK(size >= 0, "BatchPool::empty: negative size");
-    bytes *= static_cast<std::size_t>(size);
+  static_assert(alignof(Buffer) == kAlign && sizeof(Buffer) == kAlign, "data must start a cache line in");
+  bool fits = true;
+  const std::size_t bytes = tensor_bytes(sizes, dtype, fits);
+  if (!fits || bytes > std::numeric_limits<std::size_t>::max() - 2 * kAlign) {
+    std::string shape;
+    for (const std::int64_t size : sizes) shape += (shape.empty() ? "" : ", ") + std::to_string(size);
+    throw DataError("a batch of shape [" + shape + "] has more bytes than memory can address; check the "
+                    "dataset's sample shape (manifest.json) and the batch size");
   }
   Buffer* buffer = nullptr;
   {
     const std::lock_guard<std::mutex> lock(mutex_);
-    const auto found = free_.find(bytes);
-    if (found != free_.end() && !found->second.empty()) {
-      buffer = found->second.back();
-      found->second.pop_back();
-      free_bytes_ -= static_cast<std::int64_t>(bytes);
+    Size& size = sizes_[bytes];
+    if (!size.returned.empty()) {
+      buffer = size.returned.back();
+      size.returned.pop_back();
     } else {
-      ++allocated_;
+      size.returned.reserve(static_cast<size_t>(size.allocated + 1));  // room for its return
+      void* memory = std::aligned_alloc(kAlign, sizeof(Buffer) + (bytes + kAlign - 1) / kAlign * kAlign);
+      if (memory == nullptr) throw std::bad_alloc();
+      buffer = new (memory) Buffer;
+      buffer->bytes = bytes;
+      ++size.allocated;
     }
   }
-  if (buffer == nullptr) {
-    void* memory = std::aligned_alloc(kAlign, sizeof(Buffer) + rounded(bytes));
-    if (memory == nullptr) throw std::bad_alloc();
-    buffer = new (memory) Buffer;
-    buffer->bytes = bytes;
-  }
   buffer->pool = shared_from_this();
+  // From here the tensor maker owns the buffer: give_back returns it should make_tensor throw.
   return at::for_blob(buffer->data(), sizes)
       .context(buffer, &BatchPool::give_back)
       .options(at::TensorOptions().dtype(dtype))
@@ -81,31 +96,25 @@ at::Tensor BatchPool::empty(at::IntArrayRef sizes, at::ScalarType dtype) {
       .make_tensor();
 }
 
-void BatchPool::give_back(void* context) {
-  auto* buffer = static_cast<Buffer*>(context);
+void BatchPool::give_back(void* buffer) {
+  auto* returned = static_cast<Buffer*>(buffer);
   // The pool may go with the last buffer that held it: only after its lock is released.
-  const std::shared_ptr<BatchPool> pool = std::move(buffer->pool);
-  const auto bytes = static_cast<std::int64_t>(buffer->bytes);
-  {
-    const std::lock_guard<std::mutex> lock(pool->mutex_);
-    if (pool->free_bytes_ + bytes <= pool->max_free_bytes_) {
-      pool->free_[buffer->bytes].push_back(buffer);
-      pool->free_bytes_ += bytes;
-      buffer = nullptr;
-    }
-  }
-  if (buffer != nullptr) destroy(buffer);
+  const std::shared_ptr<BatchPool> pool = std::move(returned->pool);
+  const std::lock_guard<std::mutex> lock(pool->mutex_);
+  pool->sizes_.find(returned->bytes)->second.returned.push_back(returned);  // room reserved
 }
 
 std::int64_t BatchPool::buffers_allocated() const {
   const std::lock_guard<std::mutex> lock(mutex_);
-  return allocated_;
+  std::int64_t allocated = 0;
+  for (const auto& [bytes, size] : sizes_) allocated += size.allocated;
+  return allocated;
 }
 
 std::int64_t BatchPool::buffers_held() const {
   const std::lock_guard<std::mutex> lock(mutex_);
   std::int64_t held = 0;
-  for (const auto& [bytes, buffers] : free_) held += static_cast<std::int64_t>(buffers.size());
+  for (const auto& [bytes, size] : sizes_) held += static_cast<std::int64_t>(size.returned.size());
   return held;
 }
 

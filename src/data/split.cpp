@@ -13,6 +13,7 @@
 #include <numeric>
 #include <optional>
 
+#include "hpctrain/data/batch_pool.h"
 #include "hpctrain/data/dataset_check.h"
 #include "hpctrain/data/shard_writer.h"
 #include "hpctrain/io/collective_file.h"

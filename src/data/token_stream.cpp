@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "hpctrain/data/batch_pool.h"
 #include "hpctrain/data/dataset_check.h"
 
 namespace hpctrain::data {

@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "hpctrain/core/error.h"
+
 namespace hpctrain::data {
 namespace {
 
@@ -57,16 +59,23 @@ TEST(BatchPool, AViewKeepsTheBufferFromTheNextTensor) {
   EXPECT_EQ(row.sum().item<float>(), 8.0f);
 }
 
-TEST(BatchPool, HoldsNoMoreThanItsLimitOfReturnedBytes) {
-  const auto pool = BatchPool::make(/*max_free_bytes=*/100);
-  at::Tensor a = pool->empty({64}, at::kByte);
-  at::Tensor b = pool->empty({64}, at::kByte);
-  a.reset();
-  b.reset();
-  EXPECT_EQ(pool->buffers_held(), 1);
-  const auto none = BatchPool::make(0);
-  none->empty({8}, at::kByte);
-  EXPECT_EQ(none->buffers_held(), 0);
+TEST(BatchPool, HoldsNoMoreOfASizeThanWereInUseAtOnce) {
+  const auto pool = BatchPool::make();
+  for (int round = 0; round < 5; ++round) {
+    std::vector<at::Tensor> in_flight;
+    for (int k = 0; k < 3; ++k) in_flight.push_back(pool->empty({100}, at::kByte));
+    in_flight.push_back(pool->empty({7}, at::kLong));
+  }
+  EXPECT_EQ(pool->buffers_allocated(), 4);
+  EXPECT_EQ(pool->buffers_held(), 4);
+}
+
+TEST(BatchPool, ASizeBeyondMemoryIsADataErrorNotAShortBuffer) {
+  const auto pool = BatchPool::make();
+  const std::int64_t huge = std::int64_t{1} << 40;
+  EXPECT_THROW(pool->empty({huge, huge}, at::kByte), DataError);
+  EXPECT_THROW(pool->empty({huge, std::int64_t{1} << 22}, at::kDouble), DataError);
+  EXPECT_EQ(pool->buffers_allocated(), 0);
 }
 
 // Under ASan this also shows that the buffers of tensors alive after their pool's owner let go

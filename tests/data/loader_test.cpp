@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "hpctrain/core/error.h"
+#include "hpctrain/data/batch_pool.h"
 #include "hpctrain/data/distributed_sampler.h"
 #include "hpctrain/data/shard_writer.h"
 #include "hpctrain/data/split.h"

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "hpctrain/core/error.h"
+#include "hpctrain/data/batch_pool.h"
 #include "hpctrain/core/system.h"
 #include "hpctrain/data/importers.h"
 #include "hpctrain/data/loader.h"

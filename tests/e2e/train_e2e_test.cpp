@@ -307,16 +307,31 @@ TEST_F(TrainEndToEnd, BenchDataReportsEveryCaseAndPassesItsCheck) {
     const ProcessResult r = run_command(kBin + " bench data --data " + data_ + " --repeats 1 --data-io " + data_io);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     for (const std::string row : {"raw sequential read", "loader sequential", "loader shuffled", "check: OK (label sum ",
-                                  data_io == "mmap" ? "shard files mapped (data.io=mmap)" : "files read (data.io=posix)"}) {
+                                  data_io == "mmap" ? "shard files mapped (data.io=mmap)" : "files read (data.io=posix)",
+                                  "each timed in turn with a raw read", "% of raw"}) {
       EXPECT_NE(r.out.find(row), std::string::npos) << row << " in\n" << r.out;
     }
+    // samples/s, MB/s, the raw read's MB/s timed with the case, % of it, blocks/pass (compare.sh
+    // reads them by position).
+    const std::string name = "loader shuffled, 1T";
+    const size_t at = r.out.find(name);
+    ASSERT_NE(at, std::string::npos) << r.out;
+    std::istringstream row(r.out.substr(at + name.size(), r.out.find('\n', at) - at - name.size()));
+    double samples = 0, mbps = 0, raw_mbps = 0, share = 0, blocks = -1;
+    std::string extra;
+    ASSERT_TRUE(row >> samples >> mbps >> raw_mbps >> share >> blocks) << r.out;
+    EXPECT_FALSE(row >> extra) << "a sixth column: " << extra;
+    EXPECT_GT(raw_mbps, 0.0);
+    EXPECT_NEAR(share, 100.0 * mbps / raw_mbps, 0.1 + 0.001 * share) << r.out;
+    EXPECT_EQ(blocks, 0.0) << "a split held whole is read once, in the first pass";
   }
   EXPECT_EQ(run_command(kBin + " bench data --data " + data_ + " --repeats 0").exit_code, 2);
   // Shuffled by chunks, page cache dropped before every pass; a window the cache cannot hold twice.
   const ProcessResult chunks =
       run_command(kBin + " bench data --data " + data_ + " --repeats 1 --cache-mb 3 --shuffle-window-mb 1 --cold");
   ASSERT_EQ(chunks.exit_code, 0) << chunks.err;
-  for (const char* row : {"loader by chunks, 1T", "page cache dropped before every pass", "check: OK (label sum "}) {
+  for (const char* row : {"loader by chunks, 1T", "page cache dropped before every pass", "check: OK (label sum ",
+                          "against the first raw read"}) {
     EXPECT_NE(chunks.out.find(row), std::string::npos) << row << " in\n" << chunks.out;
   }
   EXPECT_EQ(run_command(kBin + " bench data --data " + data_ + " --cache-mb 2 --shuffle-window-mb 2").exit_code, 2);

@@ -16,11 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "hpctrain/data/batch_pool.h"
 #include "hpctrain/data/distributed_sampler.h"
 #include "hpctrain/data/manifest.h"
 
 namespace hpctrain::data {
+
+class BatchPool;
 
 struct Batch {
   at::Tensor input;   // [B, ...sample shape] as stored (uint8 pixels stay uint8); see normalize()

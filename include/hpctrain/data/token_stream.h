@@ -5,7 +5,7 @@
 // the target the last block_size (the next token at each place). A stream that fits the cache
 // budget is read whole when loaded; a larger one is read per window through HDF5's chunk cache.
 // gather() may be called from several threads at once (io serializes HDF5 calls).
-// Depends on core, io, data/manifest, data/split (Batch), ATen.
+// Depends on core, io, data/manifest, data/split (Batch), data/batch_pool, ATen.
 #pragma once
 
 #include <cstdint>
