@@ -39,13 +39,14 @@ const char* const kDataUsage =
     "cache) and is reported on its own, against the raw read timed before it; then, for each\n"
     "case, one untimed pass and --repeats timed passes, each with a raw read of its own (before\n"
     "and after it in turn), reported as medians: raw MB/s is the raw read timed in turn with the\n"
-    "case, and % of raw compares the two (with --cold and mmap, the first raw read). MB/s counts the bytes of the input and label\n"
-    "fields delivered (raw: file bytes); blocks/pass is how many of the split's blocks (one chunk\n"
-    "each) were read from the files per pass. --shuffle-window-mb N shuffles by chunks, as\n"
-    "data.shuffle_window_mb=N does (with a --cache-mb smaller than the split, this is the\n"
-    "case it is for). --cold drops the shard files from the page cache (posix_fadvise\n"
-    "DONTNEED) before every pass, raw reads included, so reads come from the device (pages the\n"
-    "loader has mapped stay: with mmap only its first pass reads the device).\n"
+    "case, and % of raw compares the two (with --cold and mmap, the first raw read). MB/s counts\n"
+    "the bytes of the input and label fields delivered (raw: file bytes); blocks/pass is how\n"
+    "many of the split's blocks (one chunk each) were read from the files per pass.\n"
+    "--shuffle-window-mb N shuffles by chunks, as data.shuffle_window_mb=N does (with a\n"
+    "--cache-mb smaller than the split, this is the case it is for). --cold drops the shard\n"
+    "files from the page cache (posix_fadvise DONTNEED) before every pass, raw reads included,\n"
+    "so reads come from the device (pages the loader has mapped stay: with mmap only its first\n"
+    "pass reads the device).\n"
     "--data-io acts as data.io does (default mmap: the shard files mapped, blocks read in place\n"
     "from the page cache, only their labels counted against --cache-mb; posix: blocks read\n"
     "through HDF5 into memory).\n"
@@ -184,8 +185,8 @@ int bench_data(const config::ParsedArgs& parsed) {
   bool check = true;
   // The VM's raw read has moved between 5 and 16 GB/s within an hour, so each case is timed in
   // turn with a raw read, pass by pass (before and after the passes alternately), and compared
-  // with it. Not with --cold and mapped files:
-  // a raw read then finds the pages the loader keeps mapped in the page cache.
+  // with it. Not with --cold and mapped files: a raw read would find the pages the loader keeps
+  // mapped in the page cache.
   const bool raw_in_turn = !(cold && split.maps_files());
   const std::string shuffled_name = window_mb > 0 ? "loader by chunks" : "loader shuffled";
   for (const bool shuffle : {false, true}) {
