@@ -486,6 +486,8 @@ std::vector<std::int64_t> H5Dataset::raw_chunk_offsets(std::string* why_not) con
     why = "the file starts with a user block of " + std::to_string(user_block) + " bytes";
     return {};
   }
+  // Each call takes time that grows with the chunk count in HDF5 1.10 (10,000 chunks 3.3 s, 50,000
+  // chunks 97 s, H5Dget_chunk_info_by_coord alike); H5Dchunk_iter, one pass, arrived in 1.14.
   std::vector<std::int64_t> offsets(static_cast<size_t>((info_.shape[0] + chunk_rows_ - 1) / chunk_rows_), -1);
   std::vector<hsize_t> coordinates(info_.shape.size());
   for (hsize_t index = 0; index < stored_chunks; ++index) {
