@@ -1,5 +1,6 @@
 #include "hpctrain/data/batch_pool.h"
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 
 #include <cstdlib>
@@ -61,7 +62,8 @@ void BatchPool::destroy(Buffer* buffer) {
   std::free(buffer);
 }
 
-at::Tensor BatchPool::empty(at::IntArrayRef sizes, at::ScalarType dtype) {
+at::Tensor BatchPool::empty(at::IntArrayRef sizes, at::ScalarType dtype, bool pinned) {
+  if (pinned) return at::empty(sizes, at::TensorOptions().dtype(dtype).pinned_memory(true));
   static_assert(alignof(Buffer) == kAlign && sizeof(Buffer) == kAlign, "data must start a cache line in");
   bool fits = true;
   const std::size_t bytes = tensor_bytes(sizes, dtype, fits);

@@ -386,12 +386,8 @@ Batch Split::gather(const std::vector<std::int64_t>& indices, bool pinned) const
   const auto count = static_cast<std::int64_t>(indices.size());
   std::vector<std::int64_t> shape{count};
   shape.insert(shape.end(), s.input_field.shape.begin(), s.input_field.shape.end());
-  const at::ScalarType input_type = scalar_type(s.input_field.dtype);
-  // Pinned memory comes from the CUDA host allocator, which keeps its blocks for reuse itself.
-  at::Tensor raw = pinned ? at::empty(shape, at::TensorOptions().pinned_memory(true).dtype(input_type))
-                          : s.batch_memory->empty(shape, input_type);
-  at::Tensor target = pinned ? at::empty({count}, at::TensorOptions().pinned_memory(true).dtype(at::kLong))
-                             : s.batch_memory->empty({count}, at::kLong);
+  at::Tensor raw = s.batch_memory->empty(shape, scalar_type(s.input_field.dtype), pinned);
+  at::Tensor target = s.batch_memory->empty({count}, at::kLong, pinned);
   s.gather_rows(indices, static_cast<std::uint8_t*>(raw.data_ptr()), target.data_ptr<std::int64_t>());
   return {raw, target};
 }

@@ -109,11 +109,8 @@ Batch TokenStream::gather(const std::vector<std::int64_t>& offsets, bool pinned)
   const auto count = static_cast<std::int64_t>(offsets.size());
   // Two tensors, not two views of one: a pinned tensor copies to a GPU asynchronously only
   // when it is contiguous.
-  const auto pinned_options = at::TensorOptions().dtype(at::kLong).pinned_memory(true);
-  at::Tensor input = pinned ? at::empty({count, s.block_size}, pinned_options)
-                            : s.batch_memory->empty({count, s.block_size}, at::kLong);
-  at::Tensor target = pinned ? at::empty({count, s.block_size}, pinned_options)
-                             : s.batch_memory->empty({count, s.block_size}, at::kLong);
+  at::Tensor input = s.batch_memory->empty({count, s.block_size}, at::kLong, pinned);
+  at::Tensor target = s.batch_memory->empty({count, s.block_size}, at::kLong, pinned);
   auto* to_input = input.data_ptr<std::int64_t>();
   auto* to_target = target.data_ptr<std::int64_t>();
   std::vector<std::int32_t> tokens(static_cast<size_t>(window));

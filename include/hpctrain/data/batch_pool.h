@@ -25,8 +25,10 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   BatchPool& operator=(const BatchPool&) = delete;
 
   // A contiguous CPU tensor of `sizes` and `dtype`, not initialized. Throws std::bad_alloc when
-  // the memory cannot be had, DataError when its byte count overflows.
-  at::Tensor empty(at::IntArrayRef sizes, at::ScalarType dtype);
+  // the memory cannot be had, DataError when its byte count overflows. `pinned`: page-locked
+  // memory from the CUDA host allocator instead, which keeps its blocks for reuse itself (needs a
+  // CUDA build of libtorch).
+  at::Tensor empty(at::IntArrayRef sizes, at::ScalarType dtype, bool pinned = false);
 
   // Buffers allocated so far, and returned buffers held now (for tests and benchmarks).
   std::int64_t buffers_allocated() const;

@@ -78,7 +78,7 @@ class Split {
   std::int64_t blocks_held_at_most() const;
   // Blocks read from the files so far, re-reads of evicted blocks included.
   std::int64_t blocks_read() const;
-  // Where gather() puts batches that are not pinned (Note [Batch memory] in batch_pool.cpp).
+  // Where gather() takes its batches' memory (Note [Batch memory] in batch_pool.cpp).
   const BatchPool& batch_memory() const;
 
   // For a split held in memory (caches_blocks()): reads every block not read yet, now.

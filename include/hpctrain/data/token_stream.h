@@ -35,7 +35,7 @@ class TokenStream {
   // The windows at `offsets` (each in [0, size() - block_size - 1]): input and target, both
   // int64 [B, block_size]. `pinned`: page-locked tensors, as Split::gather.
   Batch gather(const std::vector<std::int64_t>& offsets, bool pinned = false) const;
-  // Where gather() puts batches that are not pinned (Note [Batch memory] in batch_pool.cpp).
+  // Where gather() takes its batches' memory (Note [Batch memory] in batch_pool.cpp).
   const BatchPool& batch_memory() const;
 
  private:
