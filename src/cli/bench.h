@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "hpctrain/comm/bootstrap.h"
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/timer.h"
 
@@ -18,6 +19,14 @@ int bench_step(const config::ParsedArgs& parsed);
 const char* bench_data_usage();
 const char* bench_comm_usage();
 const char* bench_step_usage();
+
+// The slowest rank's value of `mine` (collective): max through a sum of one-hot contributions.
+inline double slowest_rank(const comm::Bootstrap& bootstrap, double mine) {
+  std::vector<float> all(static_cast<size_t>(bootstrap.world_size()), 0.0f);
+  all[static_cast<size_t>(bootstrap.world_rank())] = static_cast<float>(mine);
+  bootstrap.allreduce_sum(all.data(), static_cast<std::int64_t>(all.size()));
+  return *std::max_element(all.begin(), all.end());
+}
 
 inline double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());

@@ -255,12 +255,6 @@ int bench_data_io(const std::string& dir, const std::string& split_name, std::in
   log_config.level = "info";
   init_early_logging(log_config);
   const auto bootstrap = start_mpi(log_config, default_timeout_s());
-  const auto slowest = [&](double seconds) {
-    std::vector<float> all(static_cast<size_t>(bootstrap->world_size()), 0.0f);
-    all[static_cast<size_t>(bootstrap->world_rank())] = static_cast<float>(seconds);
-    bootstrap->allreduce_sum(all.data(), static_cast<std::int64_t>(all.size()));
-    return static_cast<double>(*std::max_element(all.begin(), all.end()));
-  };
   std::vector<double> posix_s;
   std::vector<double> mpio_s;
   std::int64_t split_bytes = 0;
@@ -279,7 +273,7 @@ int bench_data_io(const std::string& dir, const std::string& split_name, std::in
       } else {
         split.preload();
       }
-      (collective ? mpio_s : posix_s).push_back(slowest(timer.elapsed_s()));
+      (collective ? mpio_s : posix_s).push_back(slowest_rank(*bootstrap, timer.elapsed_s()));
     }
   }
   if (bootstrap->world_rank() == 0) {

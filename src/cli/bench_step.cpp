@@ -48,14 +48,6 @@ const char* const kStepUsage =
     "(3x the first forward's) over the case's time; MFU against the peak train.peak_tflops\n"
     "would use on a known GPU (none on a CPU or in full float32).\n";
 
-// The slowest rank's value of `mine`: max through a sum of one-hot contributions.
-double slowest_rank(const comm::Bootstrap& bootstrap, double mine) {
-  std::vector<float> all(static_cast<size_t>(bootstrap.world_size()), 0.0f);
-  all[static_cast<size_t>(bootstrap.world_rank())] = static_cast<float>(mine);
-  bootstrap.allreduce_sum(all.data(), static_cast<std::int64_t>(all.size()));
-  return *std::max_element(all.begin(), all.end());
-}
-
 // Seconds of each of `works` in each of `steps` timed steps (this rank's), after 3 untimed runs
 // of each. Several works are timed in turn, step by step, in alternating order (a b, b a, a b,
 // ...), so a machine that speeds up or slows down during the run, and whatever one work leaves
