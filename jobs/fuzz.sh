@@ -3,7 +3,7 @@
 # seed corpus tests/fuzz/corpus/<target>. New inputs go to build/asan/fuzz/<target>/corpus, a
 # crashing one to build/asan/fuzz/<target>/crash-*: copy it into tests/fuzz/regressions/<target>/
 # once fixed, and CTest replays it in every build (docs/reliability.md).
-#   jobs/fuzz.sh TARGET [--minutes N] [--jobs J]   TARGET: config | manifest | shard | checkpoint
+#   jobs/fuzz.sh TARGET [--minutes N] [--jobs J]   TARGET: config | manifest | shard | checkpoint | importer
 #   jobs/fuzz.sh TARGET --reseed                    rewrite the seeds the target's write_seeds makes
 #                                                   (other files of the corpus, such as the
 #                                                   original-format fixtures, are kept)
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 die() { echo "fuzz.sh: $*" >&2; exit 2; }
 target="${1:-}"
-case "$target" in config|manifest|shard|checkpoint) ;; *) die "TARGET must be config, manifest, shard or checkpoint" ;; esac
+case "$target" in config|manifest|shard|checkpoint|importer) ;; *) die "TARGET must be config, manifest, shard, checkpoint or importer" ;; esac
 shift
 minutes=10
 jobs=1

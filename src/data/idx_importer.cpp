@@ -1,6 +1,7 @@
 // MNIST-family IDX files (train-images-idx3-ubyte[.gz], ...) to an hpctrain dataset.
 #include <zlib.h>
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 
@@ -32,24 +33,37 @@ std::string find_idx(const std::string& dir, const std::string& stem) {
                   "holding the IDX files)");
 }
 
-std::vector<std::uint8_t> read_gz(const std::string& path) {
-  gzFile file = gzopen(path.c_str(), "rb");  // reads plain files too
-  if (file == nullptr) throw DataError("cannot open " + path);
-  std::vector<std::uint8_t> bytes;
-  std::array<std::uint8_t, 1 << 16> buffer{};
-  int n = 0;
-  while ((n = gzread(file, buffer.data(), static_cast<unsigned>(buffer.size()))) > 0) {
-    bytes.insert(bytes.end(), buffer.begin(), buffer.begin() + n);
+// A file read through zlib (gzipped or not), closed on every path.
+class GzReader {
+ public:
+  explicit GzReader(const std::string& path) : path_(path), file_(gzopen(path.c_str(), "rb")) {
+    if (file_ == nullptr) throw DataError("cannot open " + path);
   }
-  const bool failed = n < 0;
-  gzclose(file);
-  if (failed) throw DataError(path + ": corrupt gzip stream");
-  return bytes;
-}
+  GzReader(const GzReader&) = delete;
+  GzReader& operator=(const GzReader&) = delete;
+  ~GzReader() { gzclose(file_); }
 
-std::uint32_t big_endian(const std::vector<std::uint8_t>& bytes, size_t offset) {
-  return (std::uint32_t{bytes[offset]} << 24) | (std::uint32_t{bytes[offset + 1]} << 16) |
-         (std::uint32_t{bytes[offset + 2]} << 8) | std::uint32_t{bytes[offset + 3]};
+  // Up to `size` bytes (fewer only at the end of the data).
+  size_t read(std::uint8_t* into, size_t size) {
+    size_t done = 0;
+    while (done < size) {
+      const auto want = static_cast<unsigned>(std::min<size_t>(size - done, 1 << 20));
+      const int n = gzread(file_, into + done, want);
+      if (n < 0) throw DataError(path_ + ": corrupt gzip stream");
+      if (n == 0) break;
+      done += static_cast<size_t>(n);
+    }
+    return done;
+  }
+
+ private:
+  std::string path_;
+  gzFile file_;
+};
+
+std::uint32_t big_endian(const std::uint8_t* bytes) {
+  return (std::uint32_t{bytes[0]} << 24) | (std::uint32_t{bytes[1]} << 16) | (std::uint32_t{bytes[2]} << 8) |
+         std::uint32_t{bytes[3]};
 }
 
 struct IdxArray {
@@ -58,24 +72,41 @@ struct IdxArray {
 };
 
 // An IDX file of unsigned bytes: magic 0x0000 08 <ndim>, ndim big-endian sizes, then the data.
+// The data is read as it comes, never more than the header states, so memory follows the bytes
+// actually there, whatever a damaged header or a gzip bomb claims.
 IdxArray read_idx(const std::string& path, std::uint32_t expected_ndim) {
-  std::vector<std::uint8_t> bytes = read_gz(path);
-  const size_t header = 4 + 4 * expected_ndim;
-  if (bytes.size() < header || big_endian(bytes, 0) != (0x0800u | expected_ndim)) {
-    throw DataError(path + ": not an IDX file of uint8 with " + std::to_string(expected_ndim) +
-                    " dimensions");
+  GzReader file(path);
+  std::vector<std::uint8_t> header(4 + 4 * size_t{expected_ndim});
+  const std::string what = "an IDX file of uint8 with " + std::to_string(expected_ndim) + " dimensions";
+  if (file.read(header.data(), header.size()) != header.size() || big_endian(header.data()) != (0x0800u | expected_ndim)) {
+    throw DataError(path + ": not " + what);
   }
   IdxArray out;
+  constexpr std::int64_t kMaxBytes = std::int64_t{1} << 62;  // far above any file, far below overflow
   std::int64_t count = 1;
   for (std::uint32_t d = 0; d < expected_ndim; ++d) {
-    out.dims.push_back(big_endian(bytes, 4 + 4 * d));
+    out.dims.push_back(big_endian(header.data() + 4 + 4 * d));
+    if (out.dims.back() == 0) throw DataError(path + ": a size of 0 in the header of " + what);
+    if (count > kMaxBytes / out.dims.back()) throw DataError(path + ": sizes in the header too large for " + what);
     count *= out.dims.back();
   }
-  if (bytes.size() != header + static_cast<size_t>(count)) {
-    throw DataError(path + ": truncated or oversized (expected " + std::to_string(header + count) +
-                    " bytes, found " + std::to_string(bytes.size()) + ")");
+  const auto expected = static_cast<size_t>(count);
+  while (out.data.size() < expected) {
+    const size_t have = out.data.size();
+    out.data.resize(std::min(expected, std::max<size_t>(have * 2, 1 << 20)));
+    const size_t n = file.read(out.data.data() + have, out.data.size() - have);
+    if (have + n < out.data.size()) {  // the end of the data
+      out.data.resize(have + n);
+      break;
+    }
   }
-  out.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
+  size_t found = out.data.size();
+  std::array<std::uint8_t, 1 << 16> rest{};
+  for (size_t n = 0; (n = file.read(rest.data(), rest.size())) > 0;) found += n;  // bytes after the data
+  if (found != expected) {
+    throw DataError(path + ": truncated or oversized (expected " + std::to_string(header.size() + expected) +
+                    " bytes, found " + std::to_string(header.size() + found) + ")");
+  }
   return out;
 }
 

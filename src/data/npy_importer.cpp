@@ -1,11 +1,14 @@
 // NumPy .npy arrays to an hpctrain dataset: X.npy (samples x ...) and y.npy (integer class labels),
 // optionally X_test.npy + y_test.npy; without them the last --test-fraction of X/y becomes "test".
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
+#include <limits>
+#include <optional>
+#include <sstream>
 
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
@@ -39,47 +42,94 @@ io::DType npy_dtype(const std::string& descr, const std::string& path) {
                   "float32, float64, little-endian)");
 }
 
+// The text after `'key':` in a .npy header (a Python dict literal), up to the end of the value: a
+// quoted string without its quotes, a tuple without its parentheses, or anything else up to the
+// next comma or brace. Parsed by hand: std::regex recurses once per character matched, and a
+// header may be 4 GiB long.
+std::optional<std::string> header_value(const std::string& header, const std::string& key) {
+  const size_t at = header.find("'" + key + "'");
+  if (at == std::string::npos) return std::nullopt;
+  size_t i = header.find_first_not_of(" \t", at + key.size() + 2);
+  if (i == std::string::npos || header[i] != ':') return std::nullopt;
+  i = header.find_first_not_of(" \t", i + 1);
+  if (i == std::string::npos) return std::nullopt;
+  const char open = header[i];
+  const std::string close = open == '\'' || open == '"' ? std::string(1, open) : open == '(' ? ")" : ",}";
+  const size_t first = open == '\'' || open == '"' || open == '(' ? i + 1 : i;
+  const size_t end = header.find_first_of(close, first);
+  if (end == std::string::npos) return std::nullopt;
+  const size_t last = close.size() == 1 ? end : header.find_last_not_of(" \t", end - 1) + 1;
+  return header.substr(first, std::max(last, first) - first);
+}
+
+// The dimensions of a shape tuple's text ("10, 28, 28" or "10,"): whole numbers below 2^63.
+std::vector<std::int64_t> parse_shape(const std::string& dims, const std::string& path) {
+  std::vector<std::int64_t> shape;
+  std::stringstream items(dims);
+  for (std::string item; std::getline(items, item, ',');) {
+    const size_t first = item.find_first_not_of(" \t");
+    if (first == std::string::npos) continue;  // the empty item after a trailing comma
+    const std::string digits = item.substr(first, item.find_last_not_of(" \t") + 1 - first);
+    std::int64_t value = 0;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (digits.empty() || digits[0] == '-' || error != std::errc() || end != digits.data() + digits.size()) {
+      throw DataError(path + ": shape (" + dims + ") is not a tuple of whole numbers below 2^63");
+    }
+    shape.push_back(value);
+  }
+  return shape;
+}
+
 // The .npy format: magic "\x93NUMPY", version, header length, a Python dict literal, the data.
+// Every size the header states is checked against the file's before memory is taken for it.
 NpyArray read_npy(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(path + ": cannot open");
+  std::error_code error;
+  const auto file_bytes = static_cast<std::int64_t>(fs::file_size(path, error));
+  if (error) throw DataError(path + ": cannot read its size: " + error.message());
   char magic[8] = {};
   in.read(magic, 8);
   if (!in || std::memcmp(magic, "\x93NUMPY", 6) != 0) throw DataError(path + ": not a .npy file");
   const int major = static_cast<unsigned char>(magic[6]);
-  std::uint32_t header_length = 0;
+  const int length_size = major == 1 ? 2 : 4;
+  std::int64_t header_length = 0;
   unsigned char length_bytes[4] = {};
-  in.read(reinterpret_cast<char*>(length_bytes), major == 1 ? 2 : 4);
-  for (int i = (major == 1 ? 1 : 3); i >= 0; --i) header_length = header_length * 256 + length_bytes[i];
-  std::string header(header_length, '\0');
-  in.read(header.data(), header_length);
+  in.read(reinterpret_cast<char*>(length_bytes), length_size);
+  for (int i = length_size - 1; i >= 0; --i) header_length = header_length * 256 + length_bytes[i];
+  const std::int64_t data_offset = 8 + length_size + header_length;
+  if (!in || data_offset > file_bytes) throw DataError(path + ": truncated header");
+  std::string header(static_cast<size_t>(header_length), '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_length));
   if (!in) throw DataError(path + ": truncated header");
 
-  std::smatch m;
-  if (!std::regex_search(header, m, std::regex("'descr'\\s*:\\s*'([^']+)'"))) {
-    throw DataError(path + ": header has no descr");
-  }
+  const std::optional<std::string> descr = header_value(header, "descr");
+  if (!descr) throw DataError(path + ": header has no descr");
   NpyArray out;
-  out.dtype = npy_dtype(m[1], path);
-  if (std::regex_search(header, m, std::regex("'fortran_order'\\s*:\\s*True"))) {
+  out.dtype = npy_dtype(*descr, path);
+  if (header_value(header, "fortran_order") == std::optional<std::string>("True")) {
     throw DataError(path + ": Fortran-ordered arrays are not supported (save np.ascontiguousarray(a))");
   }
-  if (!std::regex_search(header, m, std::regex("'shape'\\s*:\\s*\\(([^)]*)\\)"))) {
-    throw DataError(path + ": header has no shape");
-  }
-  const std::string dims = m[1];
-  const std::regex number("[0-9]+");
-  for (std::sregex_iterator it(dims.begin(), dims.end(), number), end; it != end; ++it) {
-    out.shape.push_back(std::stoll(it->str()));
-  }
+  const std::optional<std::string> dims = header_value(header, "shape");
+  if (!dims) throw DataError(path + ": header has no shape");
+  out.shape = parse_shape(*dims, path);
   if (out.shape.empty()) throw DataError(path + ": a scalar is not a dataset");
-  const std::int64_t bytes = out.rows() * out.row_bytes();
+  constexpr std::int64_t kMaxBytes = std::int64_t{1} << 62;  // far above any file, far below overflow
+  std::int64_t bytes = static_cast<std::int64_t>(io::dtype_size(out.dtype));
+  for (const std::int64_t d : out.shape) {
+    if (d != 0 && bytes > kMaxBytes / d) throw DataError(path + ": shape (" + *dims + ") is too large");
+    bytes *= d;
+  }
+  const std::int64_t data_bytes = file_bytes - data_offset;
+  if (bytes != data_bytes) {
+    throw DataError(path + ": truncated or oversized (shape (" + *dims + ") needs " + std::to_string(bytes) +
+                    " data bytes, found " + std::to_string(data_bytes) + ")");
+  }
+  if (out.rows() == 0) throw DataError(path + ": has no samples (shape (" + *dims + "))");
+  if (out.row_bytes() == 0) throw DataError(path + ": its samples are empty (shape (" + *dims + "))");
   out.data.resize(static_cast<size_t>(bytes));
   in.read(out.data.data(), bytes);
-  if (in.gcount() != bytes) {
-    throw DataError(path + ": truncated (expected " + std::to_string(bytes) + " data bytes, found " +
-                    std::to_string(in.gcount()) + ")");
-  }
+  if (in.gcount() != bytes) throw DataError(path + ": could not read its " + std::to_string(bytes) + " data bytes");
   return out;
 }
 
@@ -94,13 +144,36 @@ std::vector<std::int64_t> labels_of(const NpyArray& y, const std::string& path) 
       case io::DType::kInt64: labels[i] = reinterpret_cast<const std::int64_t*>(y.data.data())[i]; break;
       default: throw DataError(path + ": labels must be integers");
     }
-    if (labels[i] < 0) throw DataError(path + ": label " + std::to_string(labels[i]) + " at " + std::to_string(i) + " is negative");
+    if (labels[i] < 0 || labels[i] > std::numeric_limits<std::int32_t>::max()) {
+      throw DataError(path + ": label " + std::to_string(labels[i]) + " at " + std::to_string(i) +
+                      " is not a class index from 0 to 2^31-1");
+    }
   }
   return labels;
 }
 
-// Mean and standard deviation of the inputs, scaled to [0, 1] first when they are uint8.
-std::pair<double, double> input_moments(const NpyArray& x, std::int64_t rows) {
+// Float inputs must be finite: a model learns nothing from NaN, and the manifest's mean and
+// standard deviation, JSON numbers, would be NaN too.
+template <typename Float>
+void check_finite(const NpyArray& x, const std::string& path) {
+  const auto* values = reinterpret_cast<const Float*>(x.data.data());
+  const size_t count = x.data.size() / sizeof(Float);
+  const auto bad = std::find_if(values, values + count, [](Float v) { return !std::isfinite(v); });
+  if (bad != values + count) {
+    const auto per_row = static_cast<size_t>(x.row_bytes()) / sizeof(Float);
+    throw DataError(path + ": sample " + std::to_string(static_cast<size_t>(bad - values) / per_row) + " holds " +
+                    std::to_string(*bad) + "; inputs must be finite");
+  }
+}
+
+void check_finite(const NpyArray& x, const std::string& path) {
+  if (x.dtype == io::DType::kFloat32) check_finite<float>(x, path);
+  if (x.dtype == io::DType::kFloat64) check_finite<double>(x, path);
+}
+
+// Mean and standard deviation of the inputs, scaled to [0, 1] first when they are uint8; both
+// must fit a double.
+std::pair<double, double> input_moments(const NpyArray& x, std::int64_t rows, const std::string& path) {
   const std::int64_t count = rows * x.row_bytes() / static_cast<std::int64_t>(io::dtype_size(x.dtype));
   double sum = 0.0;
   double sum_sq = 0.0;
@@ -119,7 +192,12 @@ std::pair<double, double> input_moments(const NpyArray& x, std::int64_t rows) {
   }
   const double mean = count > 0 ? sum / static_cast<double>(count) : 0.0;
   const double variance = count > 0 ? sum_sq / static_cast<double>(count) - mean * mean : 0.0;
-  return {mean, variance > 1e-12 ? std::sqrt(variance) : 1.0};
+  const double std = variance > 1e-12 ? std::sqrt(variance) : 1.0;
+  if (!std::isfinite(mean) || !std::isfinite(std)) {
+    throw DataError(path + ": the inputs' mean or standard deviation overflows a double (values near 1e154 "
+                    "or beyond); scale them first");
+  }
+  return {mean, std};
 }
 
 }  // namespace
@@ -133,6 +211,7 @@ void import_npy(const ImportOptions& options, const std::string& temp_dir, Manif
     }
   }
   const NpyArray x = read_npy((source / "X.npy").string());
+  check_finite(x, (source / "X.npy").string());
   const NpyArray y = read_npy((source / "y.npy").string());
   const std::vector<std::int64_t> labels = labels_of(y, (source / "y.npy").string());
   if (x.rows() != static_cast<std::int64_t>(labels.size())) {
@@ -145,6 +224,7 @@ void import_npy(const ImportOptions& options, const std::string& temp_dir, Manif
   std::vector<std::int64_t> test_labels;
   if (has_test) {
     x_test = read_npy((source / "X_test.npy").string());
+    check_finite(x_test, (source / "X_test.npy").string());
     test_labels = labels_of(read_npy((source / "y_test.npy").string()), (source / "y_test.npy").string());
     if (std::vector<std::int64_t>(x_test.shape.begin() + 1, x_test.shape.end()) !=
             std::vector<std::int64_t>(x.shape.begin() + 1, x.shape.end()) ||
@@ -168,7 +248,7 @@ void import_npy(const ImportOptions& options, const std::string& temp_dir, Manif
   for (const auto l : labels) max_label = std::max(max_label, l);
   for (const auto l : test_labels) max_label = std::max(max_label, l);
   manifest.num_classes = max_label + 1;
-  std::tie(manifest.input_mean, manifest.input_std) = input_moments(x, train_rows);
+  std::tie(manifest.input_mean, manifest.input_std) = input_moments(x, train_rows, (source / "X.npy").string());
 
   manifest.splits["train"] = write_split(temp_dir, "train", manifest.fields, {x.data.data(), labels.data()},
                                          train_rows, options.sharding);

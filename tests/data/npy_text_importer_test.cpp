@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "hpctrain/core/error.h"
 #include "hpctrain/data/importers.h"
@@ -80,6 +81,61 @@ TEST_F(ImporterTest, NpyRoundTripsFloatsAndLabelsAndHoldsOutATestSplit) {
     EXPECT_NEAR(normalized.flatten()[i].item<double>(), (stored - m.input_mean) / m.input_std, 1e-4);
   }
   EXPECT_EQ(batch.target[0].item<std::int64_t>(), 15 % 4);
+}
+
+// Sizes a header states are checked against the file before memory is taken for them, so a
+// damaged or hostile header is one line naming the file, not an allocation of what it claims.
+TEST_F(ImporterTest, NpyHeadersAreCheckedAgainstTheFileBeforeAnythingIsAllocated) {
+  std::vector<std::int64_t> y(10, 1);
+  write_npy(root_ / "src" / "y.npy", "<i8", "(10,)", y.data(), y.size() * 8);
+  const auto refusal = [&](const std::string& shape) {
+    write_npy(root_ / "src" / "X.npy", "<f4", shape, nullptr, 0);
+    try {
+      import_dataset("npy", options());
+    } catch (const DataError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refusal("(1000000000000, 2, 3)").find("X.npy: truncated or oversized (shape (1000000000000, 2, 3) "
+                                                 "needs 24000000000000 data bytes, found 0)"),
+            std::string::npos);
+  EXPECT_NE(refusal("(4611686018427387904, 4)").find("X.npy: shape (4611686018427387904, 4) is too large"),
+            std::string::npos);
+  EXPECT_NE(refusal("(99999999999999999999, 3)").find("is not a tuple of whole numbers below 2^63"), std::string::npos);
+  EXPECT_NE(refusal("(10, 0)").find("X.npy: its samples are empty"), std::string::npos);
+  EXPECT_NE(refusal("(0, 3)").find("X.npy: has no samples"), std::string::npos);
+  EXPECT_FALSE(fs::exists(root_ / "out"));
+}
+
+TEST_F(ImporterTest, NpyInputsMustBeFinite) {
+  std::vector<double> x(8, 0.5);
+  x[5] = std::numeric_limits<double>::quiet_NaN();
+  std::vector<std::int64_t> y(4, 1);
+  write_npy(root_ / "src" / "X.npy", "<f8", "(4, 2)", x.data(), x.size() * 8);
+  write_npy(root_ / "src" / "y.npy", "<i8", "(4,)", y.data(), y.size() * 8);
+  try {
+    import_dataset("npy", options());
+    FAIL();
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("X.npy: sample 2 holds nan; inputs must be finite"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(root_ / "out"));
+}
+
+TEST_F(ImporterTest, NpyLabelsMustBeClassIndices) {
+  std::vector<float> x(4, 0.5f);
+  std::vector<std::int64_t> y{0, 1, std::int64_t{1} << 40, 2};
+  write_npy(root_ / "src" / "X.npy", "<f4", "(4,)", x.data(), x.size() * 4);
+  write_npy(root_ / "src" / "y.npy", "<i8", "(4,)", y.data(), y.size() * 8);
+  try {
+    import_dataset("npy", options());
+    FAIL();
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("y.npy: label 1099511627776 at 2 is not a class index from 0 to 2^31-1"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(ImporterTest, NpyMismatchedCountsAndMissingLabelsAreDataErrors) {

@@ -35,8 +35,6 @@ void write_tiny_dataset(const std::string& dir) {
   manifest.save(dir);
 }
 
-namespace {
-
 void read_dataset_like_a_run(const std::string& dir) {
   const data::Manifest manifest = data::Manifest::load(dir);
   data::check_structure(dir, manifest);
@@ -50,8 +48,6 @@ void read_dataset_like_a_run(const std::string& dir) {
     if (split.size() > 1) (void)split.range(1, split.size() - 1);
   }
 }
-
-}  // namespace
 
 void write_tiny_dataset_seed(const std::string& file, const std::string& dir, const std::string& seed) {
   const std::string dataset = scratch_dir() + "/seed-dataset";
