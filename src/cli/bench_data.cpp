@@ -52,10 +52,12 @@ const char* const kDataUsage =
     "through HDF5 into memory).\n"
     "The check compares the label sum of every pass with the one in file order, so a lost or\n"
     "repeated sample fails the run.\n\n"
-    "usage: mpirun -np N hpctrain bench data --data PATH --io [--split train] [--repeats 3]\n\n"
+    "usage: mpirun -np N hpctrain bench data --data PATH --io [--split train] [--repeats 3] [--cold]\n\n"
     "Times reading the whole split into memory on every rank: each rank on its own (posix, as\n"
     "data.io=posix does over the first epoch) against all ranks together through MPI-IO (mpio,\n"
-    "data.io=mpio: each rank reads 1/N and the shares are exchanged).\n";
+    "data.io=mpio: each rank reads 1/N and the shares are exchanged). --cold: every rank drops\n"
+    "the shard files from its page cache before every read (on a network file system, the\n"
+    "client's cache: its servers may still hold the files).\n";
 
 // --cold: the kernel forgets the file's cached pages, so the next read goes to the device.
 void drop_from_page_cache(const std::string& path) {
@@ -86,7 +88,7 @@ std::int64_t read_file_raw(const std::string& path, const RawReadBuffer& buffer)
 }  // namespace
 
 int bench_data_io(const std::string& dir, const std::string& split_name, std::int64_t cache_mb,
-                  int repeats);
+                  int repeats, const std::vector<std::string>& cold_files);
 
 int bench_data(const config::ParsedArgs& parsed) {
   if (!parsed.has("data")) throw ConfigError("bench data: --data PATH is required");
@@ -110,11 +112,9 @@ int bench_data(const config::ParsedArgs& parsed) {
     throw ConfigError("bench data: --shuffle-window-mb must be >= 0 and at most half of --cache-mb, "
                       "--cache-mb at most 2^30");
   }
-  if (parsed.has("io")) {
-    if (parsed.has("data-io")) throw ConfigError("bench data: --io times posix against mpio; drop --data-io");
-    return bench_data_io(dir, split_name, cache_mb, repeats);
+  if (parsed.has("io") && parsed.has("data-io")) {
+    throw ConfigError("bench data: --io times posix against mpio; drop --data-io");
   }
-
   std::vector<std::string> files;
   const data::Manifest manifest = data::Manifest::load(dir);
   for (const auto& shard : manifest.split(split_name).shards) {
@@ -123,6 +123,10 @@ int bench_data(const config::ParsedArgs& parsed) {
   const auto drop_cache = [&] {
     if (cold) for (const auto& file : files) drop_from_page_cache(file);
   };
+  if (parsed.has("io")) {
+    return bench_data_io(dir, split_name, cache_mb, repeats, cold ? files : std::vector<std::string>{});
+  }
+
   // The raw read first, the reference of the first pass: once the loader has mapped the files, the
   // kernel keeps their pages, and --cold could not drop them.
   const RawReadBuffer buffer;
@@ -249,8 +253,9 @@ int bench_data(const config::ParsedArgs& parsed) {
 
 // --io: the time to read the whole split into memory on every rank, each rank on its own (posix)
 // against all ranks together through MPI-IO (mpio), alternating, `repeats` times each.
+// `cold_files`: dropped from the page cache by every rank before every read (--cold).
 int bench_data_io(const std::string& dir, const std::string& split_name, std::int64_t cache_mb,
-                  int repeats) {
+                  int repeats, const std::vector<std::string>& cold_files) {
   config::LogConfig log_config;
   log_config.level = "info";
   init_early_logging(log_config);
@@ -266,6 +271,7 @@ int bench_data_io(const std::string& dir, const std::string& split_name, std::in
                           std::to_string(cache_mb) + "; raise it");
       }
       split_bytes = split.size() * (data::row_bytes(split.manifest().fields.front()) + 8);
+      for (const auto& file : cold_files) drop_from_page_cache(file);  // its node's client cache
       bootstrap->barrier();
       const Timer timer;
       if (collective) {
@@ -279,12 +285,14 @@ int bench_data_io(const std::string& dir, const std::string& split_name, std::in
   if (bootstrap->world_rank() == 0) {
     const int n = bootstrap->world_size();
     std::printf("# bench data --io: %s split %s (%.1f MB) read whole into memory on each of %d rank(s),\n"
-                "# posix then mpio, %d times; seconds of the slowest rank; file MB/s = bytes the file\n"
-                "# system served / time (posix: every rank reads it all; mpio: each byte once)\n",
-                dir.c_str(), split_name.c_str(), split_bytes / 1e6, n, repeats);
+                "# posix then mpio, %d times; %s;\n"
+                "# seconds of the slowest rank; file MB/s = bytes the file system served / time (posix:\n"
+                "# every node reads it all, its ranks sharing the node's page cache; mpio: each byte once)\n",
+                dir.c_str(), split_name.c_str(), split_bytes / 1e6, n, repeats,
+                cold_files.empty() ? "page cache as it is" : "page cache dropped before every read (--cold)");
     std::printf("%-8s %-40s %12s\n", "io", "seconds (each repeat)", "file MB/s");
     for (const auto& [name, seconds, reads] :
-         {std::tuple<const char*, const std::vector<double>&, int>{"posix", posix_s, n},
+         {std::tuple<const char*, const std::vector<double>&, int>{"posix", posix_s, bootstrap->topology().node_count},
           {"mpio", mpio_s, 1}}) {
       std::string each;
       for (const double x : seconds) each += (each.empty() ? "" : " ") + std::to_string(x).substr(0, 6);

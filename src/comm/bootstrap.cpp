@@ -22,6 +22,14 @@ Bootstrap::Bootstrap(int* argc, char*** argv) : impl_(std::make_unique<Impl>()) 
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
+    // Note [No lock files]: Open MPI's MPI-IO (OMPIO) picks a shared-file-pointer component when a
+    // file is opened, and its `lockedfile` one creates FILE-<job>-<pid>.lock beside the file: in
+    // the dataset directory when data.io=mpio reads a shard. hpctrain never uses shared file
+    // pointers, and that file is left behind by a killed job, cannot be made in a read-only
+    // directory, and across two GlusterFS clients failed to open and left the job hung
+    // (docs/benchmarks.md, "data.io on a network file system"). So it is left out, unless the
+    // user's environment says otherwise. Other MPIs ignore the variable.
+    ::setenv("OMPI_MCA_sharedfp", "^lockedfile", /*overwrite=*/0);
     // Note [Thread level]: gradients are reduced from a communication thread while the training
     // thread runs backward or the control plane, and the rank watch's thread sends heartbeats
     // meanwhile: MULTIPLE. An MPI without it still trains (its calls there are serialized by

@@ -335,6 +335,13 @@ TEST_F(TrainEndToEnd, BenchDataReportsEveryCaseAndPassesItsCheck) {
     EXPECT_NE(chunks.out.find(row), std::string::npos) << row << " in\n" << chunks.out;
   }
   EXPECT_EQ(run_command(kBin + " bench data --data " + data_ + " --cache-mb 2 --shuffle-window-mb 2").exit_code, 2);
+  // posix against MPI-IO, every rank dropping the files from its page cache before every read.
+  const ProcessResult io = run_command(mpirun(2) + kBin + " bench data --data " + data_ + " --io --repeats 1 --cold");
+  ASSERT_EQ(io.exit_code, 0) << io.err;
+  for (const char* row : {"read whole into memory on each of 2 rank(s)", "page cache dropped before every read (--cold)",
+                          "\nposix ", "\nmpio "}) {
+    EXPECT_NE(io.out.find(row), std::string::npos) << row << " in\n" << io.out;
+  }
 }
 
 TEST_F(TrainEndToEnd, AnErrorOnOneRankEndsTheWholeJob) {
