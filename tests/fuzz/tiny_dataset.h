@@ -16,7 +16,7 @@ void write_tiny_dataset(const std::string& dir);
 
 // Reads the dataset in `dir` every way the trainer and `hpctrain data inspect --verify` read one:
 // the manifest, each split's structure against it, every byte of it, and each split's samples
-// through Split. Throws what they throw.
+// through Split, read into memory and from the mapped files. Throws what they throw.
 void read_dataset_like_a_run(const std::string& dir);
 
 // Copies `file` of a freshly written dataset to `dir`/`seed` (a target's write_seeds).
