@@ -13,6 +13,7 @@
 
 #include "fuzz_target.h"
 #include "hpctrain/core/error.h"
+#include "hpctrain/core/system.h"
 #include "hpctrain/data/importers.h"
 #include "tiny_dataset.h"
 
@@ -117,7 +118,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fuzz::write_file(source + "/" + fuzzed.name, data + 1, size - 1);
 
   const std::string parent = fuzz::scratch_dir() + "/prepared";
-  fs::remove_all(parent);
+  sys::remove_tree(parent);
   fs::create_directories(parent);
   data::ImportOptions options;
   options.source = source;
