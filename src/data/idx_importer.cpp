@@ -78,16 +78,18 @@ IdxArray read_idx(const std::string& path, std::uint32_t expected_ndim) {
   GzReader file(path);
   std::vector<std::uint8_t> header(4 + 4 * size_t{expected_ndim});
   const std::string what = "an IDX file of uint8 with " + std::to_string(expected_ndim) + " dimensions";
-  if (file.read(header.data(), header.size()) != header.size() || big_endian(header.data()) != (0x0800u | expected_ndim)) {
+  if (file.read(header.data(), header.size()) != header.size() ||
+      big_endian(header.data()) != (0x0800u | expected_ndim)) {
     throw DataError(path + ": not " + what);
   }
   IdxArray out;
-  constexpr std::int64_t kMaxBytes = std::int64_t{1} << 62;  // far above any file, far below overflow
   std::int64_t count = 1;
   for (std::uint32_t d = 0; d < expected_ndim; ++d) {
     out.dims.push_back(big_endian(header.data() + 4 + 4 * d));
     if (out.dims.back() == 0) throw DataError(path + ": a size of 0 in the header of " + what);
-    if (count > kMaxBytes / out.dims.back()) throw DataError(path + ": sizes in the header too large for " + what);
+    if (count > kMaxSourceBytes / out.dims.back()) {
+      throw DataError(path + ": sizes in the header too large for " + what);
+    }
     count *= out.dims.back();
   }
   const auto expected = static_cast<size_t>(count);

@@ -4,6 +4,7 @@
 // Private to src/data.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "hpctrain/data/importers.h"
@@ -11,6 +12,10 @@
 #include "hpctrain/data/shard_writer.h"
 
 namespace hpctrain::data {
+
+// The most bytes a source's header may state: far above any file, far below int64 overflow, so
+// sizes multiplied under it cannot overflow.
+inline constexpr std::int64_t kMaxSourceBytes = std::int64_t{1} << 62;
 
 // fashion-mnist, mnist: IDX files, gzipped or not.
 void import_idx(const std::string& format, const ImportOptions& options, const std::string& temp_dir,

@@ -116,7 +116,8 @@ Manifest Manifest::load(const std::string& dataset_dir) {
 
 void Manifest::save(const std::string& dataset_dir) const {
   // JSON has no NaN or infinity (nlohmann writes null): such a manifest would not load again.
-  HT_CHECK(std::isfinite(input_mean) && std::isfinite(input_std), "Manifest::save: input_mean and input_std must be finite");
+  HT_CHECK(std::isfinite(input_mean) && std::isfinite(input_std),
+           "Manifest::save: input_mean and input_std must be finite");
   json j;
   j["format"] = "hpctrain-dataset";
   j["version"] = version;

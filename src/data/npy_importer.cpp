@@ -31,6 +31,16 @@ struct NpyArray {
   }
 };
 
+// Header text quoted in an error: one line, and short, whatever the header holds.
+std::string quoted(const std::string& text) {
+  constexpr size_t kMax = 60;
+  std::string out = text.substr(0, kMax);
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+  }
+  return text.size() > kMax ? out + "..." : out;
+}
+
 io::DType npy_dtype(const std::string& descr, const std::string& path) {
   if (descr == "|u1" || descr == "<u1") return io::DType::kUInt8;
   if (descr == "<u2") return io::DType::kUInt16;
@@ -38,7 +48,7 @@ io::DType npy_dtype(const std::string& descr, const std::string& path) {
   if (descr == "<i8") return io::DType::kInt64;
   if (descr == "<f4") return io::DType::kFloat32;
   if (descr == "<f8") return io::DType::kFloat64;
-  throw DataError(path + ": dtype '" + descr + "' is not supported (uint8, uint16, int32, int64, "
+  throw DataError(path + ": dtype '" + quoted(descr) + "' is not supported (uint8, uint16, int32, int64, "
                   "float32, float64, little-endian)");
 }
 
@@ -47,33 +57,45 @@ io::DType npy_dtype(const std::string& descr, const std::string& path) {
 // next comma or brace. Parsed by hand: std::regex recurses once per character matched, and a
 // header may be 4 GiB long.
 std::optional<std::string> header_value(const std::string& header, const std::string& key) {
+  constexpr const char* kSpace = " \t\n\r\f\v";
   const size_t at = header.find("'" + key + "'");
   if (at == std::string::npos) return std::nullopt;
-  size_t i = header.find_first_not_of(" \t", at + key.size() + 2);
+  size_t i = header.find_first_not_of(kSpace, at + key.size() + 2);
   if (i == std::string::npos || header[i] != ':') return std::nullopt;
-  i = header.find_first_not_of(" \t", i + 1);
+  i = header.find_first_not_of(kSpace, i + 1);
   if (i == std::string::npos) return std::nullopt;
   const char open = header[i];
   const std::string close = open == '\'' || open == '"' ? std::string(1, open) : open == '(' ? ")" : ",}";
   const size_t first = open == '\'' || open == '"' || open == '(' ? i + 1 : i;
   const size_t end = header.find_first_of(close, first);
   if (end == std::string::npos) return std::nullopt;
-  const size_t last = close.size() == 1 ? end : header.find_last_not_of(" \t", end - 1) + 1;
+  const size_t last = close.size() == 1 ? end : header.find_last_not_of(kSpace, end - 1) + 1;
   return header.substr(first, std::max(last, first) - first);
 }
 
-// The dimensions of a shape tuple's text ("10, 28, 28" or "10,"): whole numbers below 2^63.
+// The dimensions of a shape tuple's text ("10, 28, 28", "10," or Python 2's "10L, 784L"): whole
+// numbers below 2^63.
 std::vector<std::int64_t> parse_shape(const std::string& dims, const std::string& path) {
+  const auto malformed = [&] {
+    return DataError(path + ": shape (" + quoted(dims) + ") is not a tuple of whole numbers below 2^63");
+  };
   std::vector<std::int64_t> shape;
   std::stringstream items(dims);
+  bool ended = false;  // by the empty item after a trailing comma
   for (std::string item; std::getline(items, item, ',');) {
-    const size_t first = item.find_first_not_of(" \t");
-    if (first == std::string::npos) continue;  // the empty item after a trailing comma
-    const std::string digits = item.substr(first, item.find_last_not_of(" \t") + 1 - first);
+    const size_t first = item.find_first_not_of(" \t\n");
+    if (first == std::string::npos) {
+      if (ended || shape.empty()) throw malformed();
+      ended = true;
+      continue;
+    }
+    if (ended) throw malformed();
+    std::string digits = item.substr(first, item.find_last_not_of(" \t\n") + 1 - first);
+    if (!digits.empty() && digits.back() == 'L') digits.pop_back();
     std::int64_t value = 0;
     const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
     if (digits.empty() || digits[0] == '-' || error != std::errc() || end != digits.data() + digits.size()) {
-      throw DataError(path + ": shape (" + dims + ") is not a tuple of whole numbers below 2^63");
+      throw malformed();
     }
     shape.push_back(value);
   }
@@ -92,6 +114,9 @@ NpyArray read_npy(const std::string& path) {
   in.read(magic, 8);
   if (!in || std::memcmp(magic, "\x93NUMPY", 6) != 0) throw DataError(path + ": not a .npy file");
   const int major = static_cast<unsigned char>(magic[6]);
+  if (major < 1 || major > 3) {
+    throw DataError(path + ": .npy format version " + std::to_string(major) + " is not one of 1, 2, 3");
+  }
   const int length_size = major == 1 ? 2 : 4;
   std::int64_t header_length = 0;
   unsigned char length_bytes[4] = {};
@@ -107,26 +132,28 @@ NpyArray read_npy(const std::string& path) {
   if (!descr) throw DataError(path + ": header has no descr");
   NpyArray out;
   out.dtype = npy_dtype(*descr, path);
-  if (header_value(header, "fortran_order") == std::optional<std::string>("True")) {
-    throw DataError(path + ": Fortran-ordered arrays are not supported (save np.ascontiguousarray(a))");
+  // NumPy always writes the key, as False or True: anything else could be column order too.
+  const std::optional<std::string> fortran_order = header_value(header, "fortran_order");
+  if (fortran_order != std::optional<std::string>("False")) {
+    throw DataError(path + ": Fortran-ordered arrays are not supported (save np.ascontiguousarray(a)); "
+                    "fortran_order is " + (fortran_order ? quoted(*fortran_order) : std::string("missing")));
   }
   const std::optional<std::string> dims = header_value(header, "shape");
   if (!dims) throw DataError(path + ": header has no shape");
   out.shape = parse_shape(*dims, path);
   if (out.shape.empty()) throw DataError(path + ": a scalar is not a dataset");
-  constexpr std::int64_t kMaxBytes = std::int64_t{1} << 62;  // far above any file, far below overflow
   std::int64_t bytes = static_cast<std::int64_t>(io::dtype_size(out.dtype));
   for (const std::int64_t d : out.shape) {
-    if (d != 0 && bytes > kMaxBytes / d) throw DataError(path + ": shape (" + *dims + ") is too large");
+    if (d != 0 && bytes > kMaxSourceBytes / d) throw DataError(path + ": shape (" + quoted(*dims) + ") is too large");
     bytes *= d;
   }
   const std::int64_t data_bytes = file_bytes - data_offset;
   if (bytes != data_bytes) {
-    throw DataError(path + ": truncated or oversized (shape (" + *dims + ") needs " + std::to_string(bytes) +
+    throw DataError(path + ": truncated or oversized (shape (" + quoted(*dims) + ") needs " + std::to_string(bytes) +
                     " data bytes, found " + std::to_string(data_bytes) + ")");
   }
-  if (out.rows() == 0) throw DataError(path + ": has no samples (shape (" + *dims + "))");
-  if (out.row_bytes() == 0) throw DataError(path + ": its samples are empty (shape (" + *dims + "))");
+  if (out.rows() == 0) throw DataError(path + ": has no samples (shape (" + quoted(*dims) + "))");
+  if (out.row_bytes() == 0) throw DataError(path + ": its samples are empty (shape (" + quoted(*dims) + "))");
   out.data.resize(static_cast<size_t>(bytes));
   in.read(out.data.data(), bytes);
   if (in.gcount() != bytes) throw DataError(path + ": could not read its " + std::to_string(bytes) + " data bytes");

@@ -112,6 +112,41 @@ TEST_F(IdxImporterTest, TruncatedIdxIsADataErrorAndLeavesNoOutput) {
   }
 }
 
+// The header's sizes against the data that is there, gzipped or not: a byte too many, a byte too
+// few past the first MiB (the reader grows its buffer as data comes), a size of 0, and sizes whose
+// product overflows.
+TEST_F(IdxImporterTest, DataThatDoesNotMatchTheHeaderIsRefusedNamingTheFile) {
+  ImportOptions options;
+  options.source = (root_ / "raw").string();
+  options.out = (root_ / "out").string();
+  const auto refusal = [&](const std::vector<std::uint8_t>& images, bool gzip) {
+    write_split("train", 5, gzip);
+    write_split("t10k", 5, gzip);
+    write_file(root_ / "raw" / "train-images-idx3-ubyte", images, gzip);
+    try {
+      import_dataset("fashion-mnist", options);
+    } catch (const DataError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  for (const bool gzip : {false, true}) {
+    const std::string file = std::string("train-images-idx3-ubyte") + (gzip ? ".gz" : "");
+    EXPECT_NE(refusal(idx_bytes({5, 4, 3}, std::vector<std::uint8_t>(61)), gzip)
+                  .find(file + ": truncated or oversized (expected 76 bytes, found 77)"),
+              std::string::npos);
+    EXPECT_NE(refusal(idx_bytes({90000, 4, 3}, std::vector<std::uint8_t>(90000 * 12 - 1)), gzip)
+                  .find(file + ": truncated or oversized (expected 1080016 bytes, found 1080015)"),
+              std::string::npos);
+    EXPECT_NE(refusal(idx_bytes({5, 0, 3}, {}), gzip).find(file + ": a size of 0 in the header"), std::string::npos);
+    EXPECT_NE(refusal(idx_bytes({0xffffffff, 0xffffffff, 0xffffffff}, {}), gzip)
+                  .find(file + ": sizes in the header too large"),
+              std::string::npos);
+    fs::remove(root_ / "raw" / file);
+  }
+  EXPECT_FALSE(fs::exists(root_ / "out"));
+}
+
 TEST(Compression, ParsesNoneDeflateAndLevels) {
   EXPECT_EQ(parse_compression("none"), 0);
   EXPECT_EQ(parse_compression("deflate"), 4);

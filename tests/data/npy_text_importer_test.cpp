@@ -118,9 +118,42 @@ TEST_F(ImporterTest, NpyInputsMustBeFinite) {
     import_dataset("npy", options());
     FAIL();
   } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("X.npy: sample 2 holds nan; inputs must be finite"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("X.npy: sample 2 holds nan; inputs must be finite"), std::string::npos)
+        << e.what();
   }
   EXPECT_FALSE(fs::exists(root_ / "out"));
+}
+
+// Column order would scramble every sample: only a header that says False is read. Python 2's
+// shapes ("(4L, 2L)") are read as NumPy reads them.
+TEST_F(ImporterTest, NpyFortranOrderIsRefusedAndPython2ShapesAreRead) {
+  std::vector<float> x(8, 0.5f);
+  std::vector<std::int64_t> y{0, 1, 2, 1};
+  write_npy(root_ / "src" / "y.npy", "<i8", "(4,)", y.data(), y.size() * 8);
+  std::string header = "{'descr': '<f4', 'fortran_order':\nTrue, 'shape': (4, 2), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  {
+    std::ofstream out(root_ / "src" / "X.npy", std::ios::binary);
+    out.write("\x93NUMPY\x01\x00", 8);
+    out.put(static_cast<char>(header.size()));
+    out.put('\0');
+    out << header;
+    out.write(reinterpret_cast<const char*>(x.data()), static_cast<std::streamsize>(x.size() * 4));
+  }
+  try {
+    import_dataset("npy", options());
+    FAIL();
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("X.npy: Fortran-ordered arrays are not supported"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("fortran_order is True"), std::string::npos) << e.what();
+  }
+  write_npy(root_ / "src" / "X.npy", "<f4", "(4L, 2L)", x.data(), x.size() * 4);
+  ImportOptions o = options();
+  o.test_fraction = 0.25;
+  import_dataset("npy", o);
+  EXPECT_EQ(Manifest::load(o.out).fields[0].shape, std::vector<std::int64_t>{2});
 }
 
 TEST_F(ImporterTest, NpyLabelsMustBeClassIndices) {

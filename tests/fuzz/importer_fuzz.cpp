@@ -96,7 +96,8 @@ void write_seeds(const std::string& dir) {
   fs::create_directories(dir);
   for (size_t pick = 0; pick < kFuzzed.size(); ++pick) {
     for (const auto& [name, bytes] : valid_source(kFuzzed[pick].format)) {
-      if (name == kFuzzed[pick].name) write_file(dir + "/" + kFuzzed[pick].format + "-" + name, static_cast<char>(pick) + bytes);
+      if (name != kFuzzed[pick].name) continue;
+      write_file(dir + "/" + kFuzzed[pick].format + "-" + name, static_cast<char>(pick) + bytes);
     }
   }
 }
@@ -114,7 +115,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const fuzz::SourceFile& fuzzed = fuzz::kFuzzed[data[0] % fuzz::kFuzzed.size()];
   const std::string source = fuzz::source_dir(fuzzed.format);
   fs::create_directories(source);
-  for (const auto& [name, bytes] : fuzz::valid_source(fuzzed.format)) fuzz::write_file(source + "/" + name, bytes);
+  for (const auto& [name, bytes] : fuzz::valid_source(fuzzed.format)) {
+    fuzz::write_file(source + "/" + name, bytes);
+  }
   fuzz::write_file(source + "/" + fuzzed.name, data + 1, size - 1);
 
   const std::string parent = fuzz::scratch_dir() + "/prepared";
@@ -127,12 +130,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     data::import_dataset(fuzzed.format, options);
   } catch (const Error& e) {
-    // A refusal is about the source (exit 3), or about --test-fraction against its sample count (2).
-    if (e.code() != ExitCode::kData && e.code() != ExitCode::kUsage) throw;
-    if (!fs::is_empty(parent)) throw std::logic_error("a refused import left " + fs::directory_iterator(parent)->path().string());
+    if (e.code() != ExitCode::kData) throw;  // the options are fixed: only the source can be wrong
+    if (!fs::is_empty(parent)) {
+      throw std::logic_error("a refused import left " + fs::directory_iterator(parent)->path().string());
+    }
     fuzz::expect_no_open_hdf5_objects();
     fuzz::record(fuzz::Outcome::kRefused);
     return 0;
+  }
+  for (const auto& entry : fs::directory_iterator(parent)) {
+    if (entry.path() != options.out) throw std::logic_error("an import left " + entry.path().string() + " beside it");
   }
   fuzz::read_dataset_like_a_run(options.out);  // what prepare wrote must read: any error is a finding
   fuzz::expect_no_open_hdf5_objects();

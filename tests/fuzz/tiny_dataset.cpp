@@ -23,8 +23,9 @@ void write_tiny_dataset(const std::string& dir) {
   manifest.num_classes = 3;
   manifest.input_mean = 0.5;
   manifest.input_std = 0.25;
-  manifest.fields = {{"image", io::DType::kUInt8, {1, 4, 4}}, {"label", io::DType::kInt64, {}}};
-  for (const auto& [split, samples] : {std::pair<std::string, std::int64_t>{"train", 12}, {"test", 4}}) {
+  manifest.fields = {{"image", io::DType::kUInt8, kTinyImageShape}, {"label", io::DType::kInt64, {}}};
+  for (const auto& [split, samples] :
+       {std::pair<std::string, std::int64_t>{"train", kTinyTrainSamples}, {"test", 4}}) {
     std::vector<std::uint8_t> pixels(static_cast<size_t>(samples * 16));
     std::iota(pixels.begin(), pixels.end(), std::uint8_t{7});
     std::vector<std::int64_t> labels(static_cast<size_t>(samples));

@@ -6,10 +6,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace hpctrain::fuzz {
 
 inline constexpr const char* kTinyTrainShard = "train-00000.h5";
+inline constexpr std::int64_t kTinyTrainSamples = 12;
+// Per sample: image uint8 [1, 4, 4], label int64 [].
+inline const std::vector<std::int64_t> kTinyImageShape{1, 4, 4};
 
 // Writes the dataset (manifest.json and the shards) into `dir`, which is created.
 void write_tiny_dataset(const std::string& dir);
@@ -23,7 +27,8 @@ void read_dataset_like_a_run(const std::string& dir);
 void write_tiny_dataset_seed(const std::string& file, const std::string& dir, const std::string& seed);
 
 // A dataset target's whole test: `file` of the dataset (written once per process) replaced by the
-// input, then read by read_dataset_like_a_run. An error with exit code 3 is the accepted outcome; anything else escapes.
+// input, then read by read_dataset_like_a_run. An error with exit code 3 is the accepted outcome;
+// anything else escapes.
 int fuzz_tiny_dataset_file(const std::string& file, const std::uint8_t* data, std::size_t size);
 
 }  // namespace hpctrain::fuzz
