@@ -72,8 +72,8 @@ struct IdxArray {
 };
 
 // An IDX file of unsigned bytes: magic 0x0000 08 <ndim>, ndim big-endian sizes, then the data.
-// The data is read as it comes, never more than the header states, so memory follows the bytes
-// actually there, whatever a damaged header or a gzip bomb claims.
+// The data is read as it comes, into a buffer that doubles up to what the header states, so a
+// damaged header or a gzip bomb takes at most about twice the smaller of the two in memory.
 IdxArray read_idx(const std::string& path, std::uint32_t expected_ndim) {
   GzReader file(path);
   std::vector<std::uint8_t> header(4 + 4 * size_t{expected_ndim});
