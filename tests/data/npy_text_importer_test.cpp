@@ -21,10 +21,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A version 1.0 .npy file; the header is padded so the data starts at a multiple of 64.
-void write_npy(const fs::path& path, const std::string& descr, const std::string& shape,
-               const void* data, size_t bytes) {
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+// A version 1.0 .npy file with the header dict `header`, padded so the data starts at a multiple
+// of 64.
+void write_npy_with_header(const fs::path& path, std::string header, const void* data, size_t bytes) {
   while ((10 + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';
   std::ofstream out(path, std::ios::binary);
@@ -34,6 +33,13 @@ void write_npy(const fs::path& path, const std::string& descr, const std::string
   out.put(static_cast<char>(length >> 8));
   out << header;
   out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+}
+
+// A version 1.0 .npy file as NumPy writes one.
+void write_npy(const fs::path& path, const std::string& descr, const std::string& shape,
+               const void* data, size_t bytes) {
+  write_npy_with_header(path, "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }",
+                        data, bytes);
 }
 
 class ImporterTest : public ::testing::Test {
@@ -49,6 +55,15 @@ class ImporterTest : public ::testing::Test {
     o.source = (root_ / "src").string();
     o.out = (root_ / "out").string();
     return o;
+  }
+  // The message of the DataError an npy import of src/ fails with, or "accepted".
+  std::string refusal() const {
+    try {
+      import_dataset("npy", options());
+    } catch (const DataError& e) {
+      return e.what();
+    }
+    return "accepted";
   }
   fs::path root_;
 };
@@ -88,23 +103,18 @@ TEST_F(ImporterTest, NpyRoundTripsFloatsAndLabelsAndHoldsOutATestSplit) {
 TEST_F(ImporterTest, NpyHeadersAreCheckedAgainstTheFileBeforeAnythingIsAllocated) {
   std::vector<std::int64_t> y(10, 1);
   write_npy(root_ / "src" / "y.npy", "<i8", "(10,)", y.data(), y.size() * 8);
-  const auto refusal = [&](const std::string& shape) {
+  const auto refusal_of = [&](const std::string& shape) {
     write_npy(root_ / "src" / "X.npy", "<f4", shape, nullptr, 0);
-    try {
-      import_dataset("npy", options());
-    } catch (const DataError& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
+    return refusal();
   };
-  EXPECT_NE(refusal("(1000000000000, 2, 3)").find("X.npy: truncated or oversized (shape (1000000000000, 2, 3) "
+  EXPECT_NE(refusal_of("(1000000000000, 2, 3)").find("X.npy: truncated or oversized (shape (1000000000000, 2, 3) "
                                                  "needs 24000000000000 data bytes, found 0)"),
             std::string::npos);
-  EXPECT_NE(refusal("(4611686018427387904, 4)").find("X.npy: shape (4611686018427387904, 4) is too large"),
+  EXPECT_NE(refusal_of("(4611686018427387904, 4)").find("X.npy: shape (4611686018427387904, 4) is too large"),
             std::string::npos);
-  EXPECT_NE(refusal("(99999999999999999999, 3)").find("is not a tuple of whole numbers below 2^63"), std::string::npos);
-  EXPECT_NE(refusal("(10, 0)").find("X.npy: its samples are empty"), std::string::npos);
-  EXPECT_NE(refusal("(0, 3)").find("X.npy: has no samples"), std::string::npos);
+  EXPECT_NE(refusal_of("(99999999999999999999, 3)").find("is not a tuple of whole numbers below 2^63"), std::string::npos);
+  EXPECT_NE(refusal_of("(10, 0)").find("X.npy: its samples are empty"), std::string::npos);
+  EXPECT_NE(refusal_of("(0, 3)").find("X.npy: has no samples"), std::string::npos);
   EXPECT_FALSE(fs::exists(root_ / "out"));
 }
 
@@ -114,13 +124,8 @@ TEST_F(ImporterTest, NpyInputsMustBeFinite) {
   std::vector<std::int64_t> y(4, 1);
   write_npy(root_ / "src" / "X.npy", "<f8", "(4, 2)", x.data(), x.size() * 8);
   write_npy(root_ / "src" / "y.npy", "<i8", "(4,)", y.data(), y.size() * 8);
-  try {
-    import_dataset("npy", options());
-    FAIL();
-  } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("X.npy: sample 2 holds nan; inputs must be finite"), std::string::npos)
-        << e.what();
-  }
+  const std::string message = refusal();
+  EXPECT_NE(message.find("X.npy: sample 2 holds nan; inputs must be finite"), std::string::npos) << message;
   EXPECT_FALSE(fs::exists(root_ / "out"));
 }
 
@@ -130,25 +135,11 @@ TEST_F(ImporterTest, NpyFortranOrderIsRefusedAndPython2ShapesAreRead) {
   std::vector<float> x(8, 0.5f);
   std::vector<std::int64_t> y{0, 1, 2, 1};
   write_npy(root_ / "src" / "y.npy", "<i8", "(4,)", y.data(), y.size() * 8);
-  std::string header = "{'descr': '<f4', 'fortran_order':\nTrue, 'shape': (4, 2), }";
-  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-  header += '\n';
-  {
-    std::ofstream out(root_ / "src" / "X.npy", std::ios::binary);
-    out.write("\x93NUMPY\x01\x00", 8);
-    out.put(static_cast<char>(header.size()));
-    out.put('\0');
-    out << header;
-    out.write(reinterpret_cast<const char*>(x.data()), static_cast<std::streamsize>(x.size() * 4));
-  }
-  try {
-    import_dataset("npy", options());
-    FAIL();
-  } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("X.npy: Fortran-ordered arrays are not supported"), std::string::npos)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("fortran_order is True"), std::string::npos) << e.what();
-  }
+  write_npy_with_header(root_ / "src" / "X.npy", "{'descr': '<f4', 'fortran_order':\nTrue, 'shape': (4, 2), }",
+                        x.data(), x.size() * 4);
+  const std::string message = refusal();
+  EXPECT_NE(message.find("X.npy: Fortran-ordered arrays are not supported"), std::string::npos) << message;
+  EXPECT_NE(message.find("fortran_order is True"), std::string::npos) << message;
   write_npy(root_ / "src" / "X.npy", "<f4", "(4L, 2L)", x.data(), x.size() * 4);
   ImportOptions o = options();
   o.test_fraction = 0.25;
@@ -161,14 +152,9 @@ TEST_F(ImporterTest, NpyLabelsMustBeClassIndices) {
   std::vector<std::int64_t> y{0, 1, std::int64_t{1} << 40, 2};
   write_npy(root_ / "src" / "X.npy", "<f4", "(4,)", x.data(), x.size() * 4);
   write_npy(root_ / "src" / "y.npy", "<i8", "(4,)", y.data(), y.size() * 8);
-  try {
-    import_dataset("npy", options());
-    FAIL();
-  } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("y.npy: label 1099511627776 at 2 is not a class index from 0 to 2^31-1"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string message = refusal();
+  EXPECT_NE(message.find("y.npy: label 1099511627776 at 2 is not a class index from 0 to 2^31-1"), std::string::npos)
+      << message;
 }
 
 TEST_F(ImporterTest, NpyMismatchedCountsAndMissingLabelsAreDataErrors) {
