@@ -11,7 +11,7 @@ message(STATUS "  HDF5            : ${HDF5_VERSION} (parallel: ${HDF5_IS_PARALLE
 if(HPCTRAIN_HAVE_NCCL)
   message(STATUS "  NCCL            : ON — NCCL ${NCCL_VERSION}, CUDA ${CUDAToolkit_VERSION}: communicator compiled and linked")
 else()
-  message(STATUS "  NCCL            : OFF — CUDA toolkit or NCCL not found (or HPCTRAIN_WITH_NCCL=OFF): MPI carries gradients")
+  message(STATUS "  NCCL            : OFF — CUDA toolkit or NCCL not found (HPCTRAIN_WITH_NCCL=${HPCTRAIN_WITH_NCCL}): MPI carries gradients")
 endif()
 message(STATUS "  sanitizers      : ${HPCTRAIN_SANITIZE}")
 message(STATUS "  tests           : ${HPCTRAIN_BUILD_TESTS}")

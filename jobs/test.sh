@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds (dev preset: warnings are errors), runs the whole suite through
-# ctest and ends with one line "N passed, N failed". Extra arguments go to ctest (e.g. -L unit).
+# Installs dependencies, builds build/release (the tree jobs/quickstart.sh builds: one build for
+# both; HPCTRAIN_WERROR=ON, as CI sets it, makes warnings errors), runs the whole suite through
+# ctest and ends with one line "N passed, N failed". Extra arguments go to ctest (e.g. -L unit;
+# `ctest --preset unit` is the quick local check without Slurm, namespaces, soak and the full
+# epoch).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source jobs/env.sh
 
 bash jobs/install-deps.sh || exit 1
-bash jobs/build.sh dev || exit 1
+bash jobs/build.sh release || exit 1
 
 log=$(mktemp)
-ctest --test-dir build/dev --output-on-failure --timeout 900 "$@" 2>&1 | tee "$log"
+ctest --test-dir build/release --output-on-failure --timeout 900 "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -n 1)
 # A test that could not run here (Slurm or namespaces unavailable) says why, never silently:
@@ -18,7 +21,7 @@ skipped=$(sed -nE 's/^\s*[0-9]+ - ([A-Za-z0-9_.]+) \(Skipped\)$/\1/p' "$log" | t
 skipped_count=0
 if [ -n "$skipped" ]; then
   echo "skipped: $skipped"
-  grep '^SKIP:' build/dev/Testing/Temporary/LastTest.log || true
+  grep '^SKIP:' build/release/Testing/Temporary/LastTest.log || true
   skipped_count=$(echo "$skipped" | wc -w)
 fi
 rm -f "$log"

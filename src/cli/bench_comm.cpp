@@ -95,7 +95,11 @@ double mean_over_ranks(const comm::Bootstrap& bootstrap, double value) {
 const char* bench_comm_usage() { return kCommUsage; }
 
 int bench_comm(const config::ParsedArgs& parsed) {
-  const std::string backend = parsed.has("backend") ? parsed.flags.at("backend") : "mpi";
+  const std::string backend_name = parsed.has("backend") ? parsed.flags.at("backend") : "mpi";
+  config::Backend backend = config::Backend::kMpi;
+  if (!config::parse_choice(backend_name, backend) || backend == config::Backend::kAuto) {
+    throw ConfigError("bench comm: --backend must be mpi or nccl, got '" + backend_name + "'");
+  }
   const auto flag_bytes = [&](const char* name, const char* fallback) {
     return parse_bytes(parsed.has(name) ? parsed.flags.at(name) : fallback,
                        std::string("bench comm --") + name);
@@ -107,27 +111,24 @@ int bench_comm(const config::ParsedArgs& parsed) {
   if (min_bytes < 4 || max_bytes < min_bytes || iters < 1 || rounds < 1) {
     throw ConfigError("bench comm: need 4 <= --min-bytes <= --max-bytes, --iters >= 1 and --rounds >= 1");
   }
-  const bool cuda = backend == "nccl";
+  const bool cuda = backend == config::Backend::kNccl;
   comm::validate_backend(backend, cuda);  // before MPI: the same answer on every rank
   if (cuda && train::visible_gpus() == 0) {
     throw ConfigError("bench comm --backend nccl: libtorch sees no GPU (CPU-only libtorch, no GPU, "
                       "or CUDA_VISIBLE_DEVICES hides them); use --backend mpi");
   }
 
-  config::LogConfig log_config;
-  log_config.level = "info";
-  init_early_logging(log_config);
-  const auto bootstrap = start_mpi(log_config, default_timeout_s());
-  const c10::Device device = train::device_for_rank(cuda, bootstrap->topology(), false);
-  train::check_devices(*bootstrap, device, /*allow_shared_gpu=*/false);  // shared GPUs would skew it
-  const auto comm = comm::make_communicator(backend, *bootstrap, cuda, cuda ? device.index() : 0);
+  const Ranks ranks = start_ranks(bench_start(cuda, backend));
+  const auto& bootstrap = ranks.bootstrap;
+  const c10::Device device = ranks.device;
+  const auto& comm = ranks.comm;
   const int n = comm->size();
   const double bus_factor = 2.0 * (n - 1) / n;
 
   if (bootstrap->world_rank() == 0) {
     std::printf("# bench comm: allreduce sum float32, backend %s on %s, %d rank(s), %d warm-up + %d x %d "
                 "timed calls per size and way\n# %10s %12s | %10s %10s %10s | %10s %10s | %10s %10s %10s | %s\n",
-                backend.c_str(), device.str().c_str(), n, kWarmup, rounds, iters, "bytes", "elements",
+                backend_name.c_str(), device.str().c_str(), n, kWarmup, rounds, iters, "bytes", "elements",
                 "block(us)", "algbw", "busbw", "wait(us)", "busbw", "mpi(us)", "algbw", "busbw", "check");
   }
   bool all_ok = true;

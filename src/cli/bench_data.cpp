@@ -104,7 +104,7 @@ int bench_data(const config::ParsedArgs& parsed) {
   if (data_io != "mmap" && data_io != "posix") {
     throw ConfigError("bench data: --data-io must be mmap or posix (mpio: --io), not '" + data_io + "'");
   }
-  const data::ShardAccess access = data::shard_access(data_io);
+  const data::ShardAccess access = data::shard_access(data_io == "mmap" ? config::DataIo::kMmap : config::DataIo::kPosix);
   if (batch < 1 || repeats < 1 || prefetch < 1) {
     throw ConfigError("bench data: --batch-size, --repeats and --prefetch must be >= 1");
   }
@@ -256,10 +256,10 @@ int bench_data(const config::ParsedArgs& parsed) {
 // `cold_files`: dropped from the page cache by every rank before every read (--cold).
 int bench_data_io(const std::string& dir, const std::string& split_name, std::int64_t cache_mb,
                   int repeats, const std::vector<std::string>& cold_files) {
-  config::LogConfig log_config;
-  log_config.level = "info";
-  init_early_logging(log_config);
-  const auto bootstrap = start_mpi(log_config, default_timeout_s());
+  RankStart start = bench_start(/*use_cuda=*/false, std::nullopt);
+  start.bind_device = false;  // the host reads; no device takes part
+  const Ranks ranks = start_ranks(start);
+  const auto& bootstrap = ranks.bootstrap;
   std::vector<double> posix_s;
   std::vector<double> mpio_s;
   std::int64_t split_bytes = 0;

@@ -98,10 +98,14 @@ struct BenchModel {
 BenchModel bench_model(const config::ParsedArgs& parsed) {
   BenchModel bench;
   config::ModelConfig& m = bench.config;
-  m.name = text_flag(parsed, "model", "fashion_cnn");
+  const std::string name = text_flag(parsed, "model", "fashion_cnn");
+  if (!config::parse_choice(name, m.name)) {
+    throw ConfigError("bench step: --model must be one of " + config::choice_list<config::ModelName>() + ", got '" +
+                      name + "'");
+  }
   m.mlp_hidden = "512,256";
   m.dropout = 0.0;
-  if (m.name != "gpt") {
+  if (m.name != config::ModelName::kGpt) {
     for (const char* flag : {"layers", "heads", "embd", "block-size", "vocab"}) {
       if (parsed.has(flag)) throw ConfigError(std::string("bench step: --") + flag + " is for --model gpt");
     }
@@ -136,7 +140,7 @@ int bench_step(const config::ParsedArgs& parsed) {
   const auto steps = static_cast<int>(int_flag(parsed, "bench step", "steps", "20"));
   const std::int64_t bucket_mb = int_flag(parsed, "bench step", "bucket-mb", "25");
   const std::string device_option = text_flag(parsed, "device", "cpu");
-  const std::string precision = text_flag(parsed, "precision", "fp32");
+  const std::string precision_name = text_flag(parsed, "precision", "fp32");
   const std::string tf32_option = text_flag(parsed, "tf32", "true");
   if (batch < 1 || steps < 1 || bucket_mb < 1) {
     throw ConfigError("bench step: --batch-size, --steps and --bucket-mb must be >= 1");
@@ -144,8 +148,9 @@ int bench_step(const config::ParsedArgs& parsed) {
   if (device_option != "cpu" && device_option != "cuda") {
     throw ConfigError("bench step: --device must be cpu or cuda, got '" + device_option + "'");
   }
-  if (precision != "fp32" && precision != "bf16" && precision != "fp16") {
-    throw ConfigError("bench step: --precision must be fp32, bf16 or fp16, got '" + precision + "'");
+  config::Precision precision = config::Precision::kFp32;
+  if (!config::parse_choice(precision_name, precision)) {
+    throw ConfigError("bench step: --precision must be fp32, bf16 or fp16, got '" + precision_name + "'");
   }
   if (tf32_option != "true" && tf32_option != "false") {
     throw ConfigError("bench step: --tf32 must be true or false, got '" + tf32_option + "'");
@@ -155,21 +160,18 @@ int bench_step(const config::ParsedArgs& parsed) {
     throw ConfigError("bench step --device cuda: libtorch sees no GPU (CPU-only libtorch, no GPU, "
                       "or CUDA_VISIBLE_DEVICES hides them); use --device cpu");
   }
-  if (precision == "fp16" && !use_cuda) {
+  if (precision == config::Precision::kFp16 && !use_cuda) {
     throw ConfigError("bench step --precision fp16 needs --device cuda (on the CPU autocast computes in bf16 only)");
   }
-  comm::validate_backend("auto", use_cuda);
-  auto net = model::make_model(bench.config, spec);  // throws for an unknown model
+  comm::validate_backend(config::Backend::kAuto, use_cuda);
+  auto net = model::make_model(bench.config, spec);  // throws for options it cannot use
 
-  config::LogConfig log_config;
-  log_config.level = "info";
-  init_early_logging(log_config);
-  const auto bootstrap = start_mpi(log_config, default_timeout_s());
-  const c10::Device device = train::device_for_rank(use_cuda, bootstrap->topology(), false);
-  train::check_devices(*bootstrap, device, /*allow_shared_gpu=*/false);  // shared GPUs would skew it
+  const Ranks ranks = start_ranks(bench_start(use_cuda, config::Backend::kAuto));
+  const auto& bootstrap = ranks.bootstrap;
+  const c10::Device device = ranks.device;
+  const auto& comm = ranks.comm;
   const bool tf32 = tf32_option == "true";
   train::set_cuda_math(tf32, /*cudnn_benchmark=*/false);
-  const auto comm = comm::make_communicator("auto", *bootstrap, use_cuda, use_cuda ? device.index() : 0);
   torch::manual_seed(7 + static_cast<std::uint64_t>(bootstrap->world_rank()));
   net->module().to(device);
   net->module().train();
@@ -238,10 +240,10 @@ int bench_step(const config::ParsedArgs& parsed) {
                 "%lld MiB, batch %lld per rank, %d rank(s) on %s%s%s, backend %s, %s%s\n"
                 "# %.4g GFLOP per sample trained (3x forward); median of %d timed steps after 3 untimed, "
                 "slowest rank\n",
-                bench.config.name.c_str(), static_cast<long long>(numel), numel * 4 / 1e6, buckets,
+                config::name_of(bench.config.name), static_cast<long long>(numel), numel * 4 / 1e6, buckets,
                 static_cast<long long>(bucket_mb), static_cast<long long>(batch), comm->size(), device.str().c_str(),
-                gpu.empty() ? "" : " ", gpu.c_str(), comm->backend().c_str(), precision.c_str(),
-                use_cuda && precision == "fp32" ? (tf32 ? " (TF32)" : " (full float32)") : "",
+                gpu.empty() ? "" : " ", gpu.c_str(), comm->backend().c_str(), precision_name.c_str(),
+                use_cuda && precision == config::Precision::kFp32 ? (tf32 ? " (TF32)" : " (full float32)") : "",
                 flops_per_sample / 1e9, steps);
     if (peak) std::printf("# MFU against %g TFLOP/s per device (%s)\n", peak->tflops, peak->source.c_str());
     std::printf("%-34s %10s %12s %12s %14s %8s\n", "case", "ms", "samples/s", "tokens/s", "TFLOP/s/device", "MFU");

@@ -266,9 +266,14 @@ int run_doctor(const Args& args) {
   } catch (const ConfigError& e) {
     binding_failure = e.what();
   }
-  init_early_logging(config.log);
-  const auto bootstrap = start_mpi(config.log, config.dist.timeout_s, /*whole_allocation=*/true);
-  comm::Bootstrap& b = *bootstrap;
+  // Devices are bound below, where a rank that cannot bind one still reports.
+  RankStart start;
+  start.log = config.log;
+  start.timeout_s = config.dist.timeout_s;
+  start.whole_allocation = true;
+  start.bind_device = false;
+  const Ranks ranks = start_ranks(start);
+  comm::Bootstrap& b = *ranks.bootstrap;
 
   Check world{"world", ExitCode::kUsage, {}, {}};
   Check devices{"devices", ExitCode::kUsage, {}, {}};
@@ -314,7 +319,7 @@ int run_doctor(const Args& args) {
   if (world.result == Check::Result::kPass && devices.result == Check::Result::kPass) {
     const int index = device.is_cuda() ? device.index() : 0;
     const std::unique_ptr<comm::Communicator> mpi =
-        comm::make_communicator("mpi", b, use_cuda, index, config.dist.timeout_s);
+        comm::make_communicator(config::Backend::kMpi, b, use_cuda, index, config.dist.timeout_s);
     const std::unique_ptr<comm::Communicator> training =
         comm::make_communicator(config.dist.backend, b, use_cuda, index, config.dist.timeout_s);
     std::vector<comm::Communicator*> comms{training.get()};

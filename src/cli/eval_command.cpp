@@ -10,9 +10,7 @@
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/system.h"
 #include "hpctrain/model/model.h"
-#include "hpctrain/train/device.h"
 #include "hpctrain/train/evaluator.h"
-#include "hpctrain/train/preflight.h"
 #include "hpctrain/train/trainer.h"
 #include "runtime.h"
 
@@ -42,19 +40,18 @@ int run_eval(const Args& args) {
   train::TrainingSetup setup = train::prepare_training(parsed.config, /*need_train_split=*/false);
   const ckpt::CheckpointMeta meta = ckpt::read_checkpoint(path, train::model_state(*setup.model));
 
-  const auto bootstrap = start_mpi(parsed.config.log, parsed.config.dist.timeout_s);
-  log_banner(*bootstrap, setup.threads);
-  const c10::Device device = train::device_for_rank(setup.use_cuda, bootstrap->topology(),
-                                                    parsed.config.dist.allow_shared_gpu);
-  train::preflight(*bootstrap, device, parsed.config);
-  setup.model->module().to(device);
-  const auto comm = comm::make_communicator(parsed.config.dist.backend, *bootstrap, setup.use_cuda,
-                                            device.is_cuda() ? device.index() : 0,
-                                            parsed.config.dist.timeout_s);
-  const std::int64_t batch = parsed.config.train.eval_batch_size;
-  const train::EvalResult result = setup.eval_tokens
-                                       ? train::evaluate(*setup.model, *setup.eval_tokens, *comm, batch, device)
-                                       : train::evaluate(*setup.model, *setup.eval_split, *comm, batch, device);
+  RankStart start;
+  start.log = parsed.config.log;
+  start.timeout_s = parsed.config.dist.timeout_s;
+  start.use_cuda = setup.use_cuda;
+  start.allow_shared_gpu = parsed.config.dist.allow_shared_gpu;
+  start.preflight = &parsed.config;
+  start.backend = parsed.config.dist.backend;
+  const Ranks ranks = start_ranks(start);
+  log_banner(*ranks.bootstrap, setup.threads);
+  setup.model->module().to(ranks.device);
+  const train::EvalResult result = train::evaluate(*setup.model, *setup.eval, *ranks.comm,
+                                                   parsed.config.train.eval_batch_size, ranks.device);
   log::info("checkpoint {} (step {}, epoch {}, model {})", path, meta.step, meta.epoch, meta.model_name);
   if (result.language_model()) {
     log::info("{}: {} tokens, test_loss {:.4f}, test_ppl {:.2f}, test_acc {:.4f} (next token)",

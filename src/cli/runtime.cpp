@@ -17,6 +17,8 @@
 #include "hpctrain/core/system.h"
 #include "hpctrain/core/version.h"
 #include "hpctrain/io/h5_file.h"
+#include "hpctrain/train/device.h"
+#include "hpctrain/train/preflight.h"
 
 namespace hpctrain::cli {
 
@@ -24,7 +26,7 @@ void init_early_logging(const config::LogConfig& log_config) {
   log::Identity who;
   who.world_rank = comm::Bootstrap::launcher_rank();
   who.host = sys::host_name();
-  log::init_console(who, log_config.all_ranks, log::parse_level(log_config.level));
+  log::init_console(who, log_config.all_ranks, log::parse_level(config::name_of(log_config.level)));
 }
 
 namespace {
@@ -110,15 +112,43 @@ std::unique_ptr<comm::Bootstrap> start_mpi(const config::LogConfig& log_config, 
   who.world_rank = bootstrap->world_rank();
   who.world_size = bootstrap->world_size();
   who.host = sys::host_name();
-  log::init_console(who, log_config.all_ranks, log::parse_level(log_config.level));
+  log::init_console(who, log_config.all_ranks, log::parse_level(config::name_of(log_config.level)));
   check_launch(bootstrap->world_size(), whole_allocation);
   activity::set_rank(bootstrap->world_rank());
   bootstrap->watch_ranks(timeout_s);
   return bootstrap;
 }
 
+Ranks start_ranks(const RankStart& start) {
+  init_early_logging(start.log);
+  Ranks ranks;
+  ranks.bootstrap = start_mpi(start.log, start.timeout_s, start.whole_allocation);
+  if (!start.bind_device) return ranks;
+  const comm::Bootstrap& bootstrap = *ranks.bootstrap;
+  ranks.device = train::device_for_rank(start.use_cuda, bootstrap.topology(), start.allow_shared_gpu);
+  if (start.preflight != nullptr) {
+    train::preflight(bootstrap, ranks.device, *start.preflight);
+  } else {
+    train::check_devices(bootstrap, ranks.device, start.allow_shared_gpu);
+  }
+  if (start.backend) {
+    ranks.comm = comm::make_communicator(*start.backend, *ranks.bootstrap, start.use_cuda,
+                                         ranks.device.is_cuda() ? ranks.device.index() : 0, start.timeout_s);
+  }
+  return ranks;
+}
+
 double default_timeout_s() {
   return std::stod(config::find_option("dist.timeout_s")->default_text.value());
+}
+
+RankStart bench_start(bool use_cuda, std::optional<config::Backend> backend) {
+  RankStart start;
+  start.log.level = config::LogLevel::kInfo;
+  start.timeout_s = default_timeout_s();
+  start.use_cuda = use_cuda;
+  start.backend = backend;
+  return start;
 }
 
 void log_banner(const comm::Bootstrap& bootstrap, int threads) {

@@ -1,17 +1,48 @@
-// Start-up shared by the commands that run as MPI ranks (train, eval): MPI, rank-aware logging,
-// and the banner rank 0 prints. Private to src/cli.
+// Start-up shared by the commands that run as MPI ranks (train, eval, doctor, bench): rank-aware
+// logging, MPI, the rank's device, the preflight and the communicator, in that order, and the
+// banner rank 0 prints. Private to src/cli.
 #pragma once
+
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "hpctrain/comm/bootstrap.h"
+#include "hpctrain/comm/communicator.h"
 #include "hpctrain/config/config.h"
 #include "hpctrain/config/parser.h"
 
 namespace hpctrain::cli {
+
+// How a command starts its ranks.
+struct RankStart {
+  config::LogConfig log;
+  double timeout_s = 300;         // dist.timeout_s: joining, and the communicator's collectives
+  bool whole_allocation = false;  // the command spans the Slurm job's tasks (train, doctor)
+  bool bind_device = true;        // false: the command binds (and reports) devices itself (doctor)
+  bool use_cuda = false;          // dist.device resolved
+  bool allow_shared_gpu = false;
+  // The full preflight (versions, config and GPUs agree: train, eval); null: only the device
+  // check (bench).
+  const config::Config* preflight = nullptr;
+  std::optional<config::Backend> backend;  // the communicator to build, if any
+};
+
+// What the ranks start with.
+struct Ranks {
+  std::unique_ptr<comm::Bootstrap> bootstrap;
+  c10::Device device = c10::Device(c10::kCPU);
+  std::unique_ptr<comm::Communicator> comm;  // null when no backend was asked for
+};
+
+// Collective: logging (rank 0 talks), MPI with the join watchdog (start_mpi), this rank's device,
+// the preflight or the device check, and the communicator, as `start` asks. Throws ConfigError
+// when the ranks disagree or a device cannot be bound (on rank 0, with every problem).
+Ranks start_ranks(const RankStart& start);
 
 // Console logging before MPI starts: rank from the launcher's environment, so only rank 0 talks.
 void init_early_logging(const config::LogConfig& log_config);
@@ -26,6 +57,10 @@ std::unique_ptr<comm::Bootstrap> start_mpi(const config::LogConfig& log_config, 
 
 // dist.timeout_s's default, for commands that take no config (bench).
 double default_timeout_s();
+
+// A bench command's start: INFO logging, dist.timeout_s's default, no GPU shared between ranks
+// (it would skew the figures), and `backend`'s communicator if given.
+RankStart bench_start(bool use_cuda, std::optional<config::Backend> backend);
 
 // Rank 0: versions, world/local sizes, nodes and hosts, threads. Every rank: its binding, in its log.
 void log_banner(const comm::Bootstrap& bootstrap, int threads);

@@ -9,8 +9,6 @@
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/stop_signals.h"
 #include "hpctrain/core/system.h"
-#include "hpctrain/train/device.h"
-#include "hpctrain/train/preflight.h"
 #include "hpctrain/train/trainer.h"
 #include "runtime.h"
 
@@ -49,10 +47,17 @@ int run_train(const Args& args) {
   } else {
     activity::set_limit(activity::Kind::kCheckpoint, config.dist.timeout_s, "dist.timeout_s");
   }
-  const auto bootstrap = start_mpi(config.log, config.dist.timeout_s, /*whole_allocation=*/true);
   // All ranks agree on versions, config and GPU binding before anything is written.
-  train::preflight(*bootstrap, train::device_for_rank(setup.use_cuda, bootstrap->topology(), config.dist.allow_shared_gpu),
-                   config);
+  RankStart start;
+  start.log = config.log;
+  start.timeout_s = config.dist.timeout_s;
+  start.whole_allocation = true;
+  start.use_cuda = setup.use_cuda;
+  start.allow_shared_gpu = config.dist.allow_shared_gpu;
+  start.preflight = &config;
+  start.backend = config.dist.backend;
+  const Ranks ranks = start_ranks(start);
+  const comm::Bootstrap* bootstrap = ranks.bootstrap.get();
   train::check_world_fits(setup, bootstrap->world_size());
   // From here a stop signal becomes a checkpoint and exit 75 at the next step boundary.
   sys::install_stop_handlers(sys::parse_signal_list(config.ckpt.signals));
@@ -63,7 +68,7 @@ int run_train(const Args& args) {
   log_banner(*bootstrap, setup.threads);
   log::info("run directory {}", run_dir.root());
 
-  train::Trainer trainer(std::move(setup), *bootstrap, run_dir);
+  train::Trainer trainer(std::move(setup), *ranks.bootstrap, *ranks.comm, ranks.device, run_dir);
   const train::TrainSummary summary = trainer.run();
   if (summary.stopped) {
     if (bootstrap->world_rank() == 0) {

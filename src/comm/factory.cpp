@@ -38,21 +38,22 @@ std::string nccl_version() {
 
 namespace {
 
-// "auto" resolved for this build and tensor location; throws ConfigError when unusable. MPI takes
+// kAuto resolved for this build and tensor location; throws ConfigError when unusable. MPI takes
 // CUDA tensors too, through host memory (Note [Staging] in mpi_communicator.h).
-std::string resolve_backend(const std::string& backend, bool cuda) {
+config::Backend resolve_backend(config::Backend backend, bool cuda) {
   const bool built_with_nccl = HT_WITH_NCCL != 0;
-  if (backend == "auto") return cuda && built_with_nccl ? "nccl" : "mpi";
-  if (backend == "nccl" && !built_with_nccl) {
+  switch (backend) {
+    case config::Backend::kAuto: return cuda && built_with_nccl ? config::Backend::kNccl : config::Backend::kMpi;
+    case config::Backend::kMpi: return backend;
+    case config::Backend::kNccl: break;
+  }
+  if (!built_with_nccl) {
     throw ConfigError("dist.backend=nccl: this hpctrain was built without NCCL (CUDA toolkit or "
                       "NCCL not found at configure time); use dist.backend=mpi or auto");
   }
-  if (backend == "nccl" && !cuda) {
+  if (!cuda) {
     throw ConfigError("dist.backend=nccl needs CUDA tensors, but this run is on the CPU; use "
                       "dist.backend=mpi or auto");
-  }
-  if (backend != "mpi" && backend != "nccl") {
-    throw ConfigError("dist.backend: unknown backend '" + backend + "' (allowed: auto|mpi|nccl)");
   }
   return backend;
 }
@@ -106,12 +107,12 @@ std::int64_t gpu_memory_in_use_bytes([[maybe_unused]] int device) {
 #endif
 }
 
-void validate_backend(const std::string& backend, bool cuda) { resolve_backend(backend, cuda); }
+void validate_backend(config::Backend backend, bool cuda) { resolve_backend(backend, cuda); }
 
-std::unique_ptr<Communicator> make_communicator(const std::string& backend, Bootstrap& bootstrap,
+std::unique_ptr<Communicator> make_communicator(config::Backend backend, Bootstrap& bootstrap,
                                                 bool cuda, [[maybe_unused]] int device_index,
                                                 double timeout_s) {
-  if (resolve_backend(backend, cuda) == "mpi") {
+  if (resolve_backend(backend, cuda) == config::Backend::kMpi) {
     return std::make_unique<MpiCommunicator>(bootstrap, timeout_s);
   }
 #if HT_WITH_NCCL

@@ -96,17 +96,6 @@ Rule<double> in_unit_interval() {
           }};
 }
 
-Rule<std::string> one_of(std::vector<std::string> choices) {
-  std::string joined;
-  for (const auto& c : choices) joined += (joined.empty() ? "" : "|") + c;
-  return {joined, [choices, joined](const std::string& v) {
-            for (const auto& c : choices) {
-              if (v == c) return std::string();
-            }
-            return "must be one of " + joined;
-          }};
-}
-
 Rule<std::string> not_empty() {
   return {"non-empty", [](const std::string& v) {
             return v.empty() ? std::string("must not be empty") : std::string();
@@ -137,12 +126,38 @@ Rule<std::string> signal_list() {
           }};
 }
 
+template <typename E>
+E parse_enum(const std::string& text) {
+  E value{};
+  if (!parse_choice(text, value)) throw ConfigError("'" + text + "' must be one of " + choice_list<E>());
+  return value;
+}
+
+// ckpt.resume: "auto", "none", or a checkpoint's path.
+ResumeFrom parse_resume(const std::string& text) {
+  if (text.empty()) throw ConfigError("'' must not be empty");
+  if (text == "auto") return {ResumeFrom::Kind::kAuto, ""};
+  if (text == "none") return {ResumeFrom::Kind::kNone, ""};
+  return {ResumeFrom::Kind::kPath, text};
+}
+
+std::string render_resume(const ResumeFrom& resume) {
+  switch (resume.kind) {
+    case ResumeFrom::Kind::kAuto: return "auto";
+    case ResumeFrom::Kind::kNone: return "none";
+    case ResumeFrom::Kind::kPath: break;
+  }
+  return resume.path;
+}
+
 template <typename T>
 T parse_as(const std::string& text) {
   if constexpr (std::is_same_v<T, std::int64_t>) return parse_int(text);
   if constexpr (std::is_same_v<T, double>) return parse_float(text);
   if constexpr (std::is_same_v<T, bool>) return parse_bool(text);
   if constexpr (std::is_same_v<T, std::string>) return text;
+  if constexpr (std::is_enum_v<T>) return parse_enum<T>(text);
+  if constexpr (std::is_same_v<T, ResumeFrom>) return parse_resume(text);
 }
 
 template <typename T>
@@ -151,6 +166,8 @@ std::string render_as(const T& value) {
   if constexpr (std::is_same_v<T, double>) return render_float(value);
   if constexpr (std::is_same_v<T, bool>) return value ? "true" : "false";
   if constexpr (std::is_same_v<T, std::string>) return value;
+  if constexpr (std::is_enum_v<T>) return name_of(value);
+  if constexpr (std::is_same_v<T, ResumeFrom>) return render_resume(value);
 }
 
 // One row: binds "section.key" to Config::*section .*field with its type, default, help and rule.
@@ -163,6 +180,7 @@ Option row(const char* name, Section Config::*section, T Section::*field,
   option.default_text = std::move(default_text);
   option.help = help;
   option.allowed = rule.allowed;
+  if constexpr (std::is_enum_v<T>) option.allowed = choice_list<T>();
   option.assign = [section, field, check = rule.check](Config& c, const std::string& text) {
     T value = parse_as<T>(text);
     if (check) {
@@ -207,8 +225,7 @@ std::vector<Option> build_table() {
           "reading its blocks through HDF5 into its own memory; mpio, all ranks reading a split "
           "held in memory together before training through MPI-IO, every byte once. Checksums "
           "are checked in all three; compressed or uint16 inputs are read as with posix "
-          "(docs/dataset-format.md).",
-          one_of({"mmap", "posix", "mpio"})),
+          "(docs/dataset-format.md)."),
       row("data.cache_mb", &C::data, &DataConfig::cache_mb, "256",
           "Memory per split and rank for its data, in MiB: a split that fits is kept in memory "
           "once read (shuffled order then costs what file order costs); of a larger one the "
@@ -232,8 +249,7 @@ std::vector<Option> build_table() {
           "drawn like data.random_crop."),
 
       row("model.name", &C::model, &ModelConfig::name, "fashion_cnn",
-          "Model to train: a built-in one, or torchscript (a module saved from Python, model.path).",
-          one_of({"fashion_cnn", "mlp", "resnet", "gpt", "torchscript"})),
+          "Model to train: a built-in one, or torchscript (a module saved from Python, model.path)."),
       row("model.path", &C::model, &ModelConfig::path, "",
           "TorchScript file (torch.jit.save of torch.jit.script(module)) that model.name=torchscript "
           "trains; its forward maps a batch [B, ...sample shape] of normalized float inputs to logits "
@@ -262,8 +278,7 @@ std::vector<Option> build_table() {
           "Context length of the gpt model (and of a TorchScript language model): tokens per "
           "training window.", at_least<I>(1)),
 
-      row("optim.name", &C::optim, &OptimConfig::name, "adamw", "Optimizer.",
-          one_of({"adamw", "sgd"})),
+      row("optim.name", &C::optim, &OptimConfig::name, "adamw", "Optimizer."),
       row("optim.lr", &C::optim, &OptimConfig::lr, "0.002", "Learning rate.", positive()),
       row("optim.weight_decay", &C::optim, &OptimConfig::weight_decay, "0.0001",
           "Weight decay (decoupled for adamw, L2 for sgd).", at_least(0.0)),
@@ -286,16 +301,14 @@ std::vector<Option> build_table() {
           at_least(0.0)),
       row("optim.lr_scaling", &C::optim, &OptimConfig::lr_scaling, "none",
           "Scale optim.lr with the global batch (ranks x train.batch_size x accumulation) "
-          "relative to optim.base_batch: linear (lr x global/base), sqrt, or none.",
-          one_of({"none", "linear", "sqrt"})),
+          "relative to optim.base_batch: linear (lr x global/base), sqrt, or none."),
       row("optim.base_batch", &C::optim, &OptimConfig::base_batch, "0",
           "The global batch optim.lr was tuned for; required by optim.lr_scaling.",
           at_least<I>(0)),
 
       row("optim.schedule", &C::optim, &OptimConfig::schedule, "constant",
           "Learning-rate schedule after the warmup: constant; step (x optim.step_gamma every "
-          "optim.step_every steps); or cosine decay to 0 at optim.decay_steps.",
-          one_of({"constant", "step", "cosine"})),
+          "optim.step_every steps); or cosine decay to 0 at optim.decay_steps."),
       row("optim.step_every", &C::optim, &OptimConfig::step_every, "0",
           "Step schedule: optimizer steps (after the warmup) between learning-rate drops; "
           "required by optim.schedule=step.",
@@ -346,23 +359,20 @@ std::vector<Option> build_table() {
       row("train.precision", &C::train, &TrainConfig::precision, "fp32",
           "fp32; bf16: the forward pass under autocast in bfloat16 (CPU and CUDA); fp16: autocast "
           "in float16 (CUDA only) with dynamic loss scaling (train.loss_scale). Weights, gradients "
-          "and optimizer state stay float32; evaluation runs in float32.",
-          one_of({"fp32", "bf16", "fp16"})),
+          "and optimizer state stay float32; evaluation runs in float32."),
       row("train.loss_scale", &C::train, &TrainConfig::loss_scale, "auto",
           "Dynamic loss scaling, as GradScaler does it: the loss is multiplied by a scale before "
           "backward and the averaged gradients divided by it; a step whose gradients hold inf or "
           "NaN is skipped on every rank (it still counts towards train.max_steps and the LR "
           "schedule) and the scale halved; after 2000 good steps in a row it doubles. auto: "
-          "dynamic with fp16, none otherwise; dynamic: also with fp32 or bf16; none: never.",
-          one_of({"auto", "dynamic", "none"})),
+          "dynamic with fp16, none otherwise; dynamic: also with fp32 or bf16; none: never."),
       row("train.loss_scale_init", &C::train, &TrainConfig::loss_scale_init, "65536",
           "The loss scale a run starts from (a resume continues the checkpoint's).", positive()),
       row("train.nonfinite", &C::train, &TrainConfig::nonfinite, "skip",
           "A step whose averaged gradients hold inf or NaN (on any rank: the average spreads it "
           "to all) -- skip: not applied on any rank, counted in the metrics' skipped_steps; abort: "
           "the run stops at once (exit code 6) after checkpointing the last good state. Dynamic "
-          "loss scaling skips overflowing steps by design and needs skip.",
-          one_of({"skip", "abort"})),
+          "loss scaling skips overflowing steps by design and needs skip."),
       row("train.max_skipped", &C::train, &TrainConfig::max_skipped, "20",
           "More skipped steps than this in a row stop the run as train.nonfinite=abort does, "
           "naming the step, the first non-finite gradient and the ranks whose loss was not finite.",
@@ -401,8 +411,7 @@ std::vector<Option> build_table() {
           "0 never checks.",
           at_least<I>(0)),
       row("dist.grad_compression", &C::dist, &DistConfig::grad_compression, "none",
-          "Send gradient buckets as fp16 or bf16 (half the bytes; accumulation stays float32).",
-          one_of({"none", "fp16", "bf16"})),
+          "Send gradient buckets as fp16 or bf16 (half the bytes; accumulation stays float32)."),
       row("dist.sync_bn", &C::dist, &DistConfig::sync_bn, "false",
           "BatchNorm layers compute their batch statistics over all ranks' samples (one small "
           "allreduce per layer in forward and in backward), as BatchNorm on the global batch "
@@ -415,12 +424,10 @@ std::vector<Option> build_table() {
           positive()),
       row("dist.backend", &C::dist, &DistConfig::backend, "auto",
           "Gradient communication: auto picks nccl for CUDA tensors when built with NCCL, else "
-          "mpi (which carries CUDA tensors through host memory).",
-          one_of({"auto", "mpi", "nccl"})),
+          "mpi (which carries CUDA tensors through host memory)."),
       row("dist.device", &C::dist, &DistConfig::device, "auto",
           "Where each rank computes: cuda uses the GPU of the rank's node-local rank (among "
-          "CUDA_VISIBLE_DEVICES); auto picks cuda when libtorch sees a GPU, else cpu.",
-          one_of({"auto", "cpu", "cuda"})),
+          "CUDA_VISIBLE_DEVICES); auto picks cuda when libtorch sees a GPU, else cpu."),
       row("dist.allow_shared_gpu", &C::dist, &DistConfig::allow_shared_gpu, "false",
           "Allow more ranks on a node than visible GPUs (ranks share GPUs round-robin); "
           "otherwise that is an error."),
@@ -459,7 +466,7 @@ std::vector<Option> build_table() {
           "auto: continue from the newest checkpoint in run.dir that verifies (falling back to "
           "the one before if it does not), or start fresh if there is none; none: start fresh; "
           "a path: continue from that checkpoint file.",
-          not_empty()),
+          Rule<ResumeFrom>{"non-empty", {}}),
       row("ckpt.allow_config_change", &C::ckpt, &CkptConfig::allow_config_change, "false",
           "Resume even when the config differs from the checkpoint's in more than run length, "
           "logging and checkpointing options."),
@@ -474,8 +481,7 @@ std::vector<Option> build_table() {
 
       row("log.every_steps", &C::log, &LogConfig::every_steps, "50",
           "Progress line and metrics.jsonl record every this many steps.", at_least<I>(1)),
-      row("log.level", &C::log, &LogConfig::level, "info", "Console and file log level.",
-          one_of({"trace", "debug", "info", "warn", "error"})),
+      row("log.level", &C::log, &LogConfig::level, "info", "Console and file log level."),
       row("log.all_ranks", &C::log, &LogConfig::all_ranks, "false",
           "Print INFO lines of every rank to the console, not only rank 0's."),
   };

@@ -46,6 +46,10 @@ void shuffle_range(std::int64_t* first, std::int64_t count, std::mt19937_64& rng
 
 }  // namespace
 
+std::vector<SamplerStep> DistributedSampler::steps(std::int64_t epoch, std::int64_t cursor) const {
+  return steps(global_order(epoch), cursor);
+}
+
 std::vector<std::int64_t> DistributedSampler::global_order(std::int64_t epoch) const {
   const std::int64_t n = options_.dataset_size;
   std::vector<std::int64_t> order(static_cast<size_t>(n));

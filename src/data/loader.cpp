@@ -23,15 +23,15 @@ namespace {
 constexpr size_t kMaxDepth = 1024;
 }  // namespace
 
-Loader::Loader(ReadBatch read, std::vector<std::vector<std::int64_t>> steps, LoaderOptions options)
-    : read_(std::move(read)), steps_(std::move(steps)),
+Loader::Loader(ReadStep read, size_t steps, LoaderOptions options)
+    : read_(std::move(read)), steps_(steps),
       depth_(options.depth > 0 ? static_cast<size_t>(std::max(options.depth, options.threads)) : 0),
       threads_(static_cast<size_t>(std::max(options.threads, 1))), handoff_bytes_(options.handoff_bytes),
       room_limit_(depth_) {
   HT_CHECK(options.handoff_bytes >= 0, "LoaderOptions::handoff_bytes must be >= 0");
   if (depth_ == 0) return;
   try {
-    for (size_t t = 0; t < std::min(threads_, steps_.size()); ++t) {
+    for (size_t t = 0; t < std::min(threads_, steps_); ++t) {
       workers_.emplace_back([this, t] { produce(t); });
     }
   } catch (...) {
@@ -39,6 +39,12 @@ Loader::Loader(ReadBatch read, std::vector<std::vector<std::int64_t>> steps, Loa
     throw;
   }
 }
+
+Loader::Loader(ReadBatch read, std::vector<std::vector<std::int64_t>> steps, LoaderOptions options)
+    : Loader(std::make_shared<const Steps>(std::move(steps)), std::move(read), options) {}
+
+Loader::Loader(std::shared_ptr<const Steps> steps, ReadBatch read, LoaderOptions options)
+    : Loader([steps, read = std::move(read)](size_t i) { return read((*steps)[i]); }, steps->size(), options) {}
 
 Loader::Loader(Split split, std::vector<std::vector<std::int64_t>> steps, LoaderOptions options)
     : Loader([split](const std::vector<std::int64_t>& indices) { return split.gather(indices); },
@@ -69,11 +75,11 @@ void Loader::size_runs(const Batch& first) {
 
 bool Loader::worth_waking_consumer() const {
   if (error_) return ready_run_ > 0 || error_step_ == taken_;
-  return ready_run_ >= handoff_ || (ready_run_ > 0 && taken_ + ready_run_ == steps_.size());
+  return ready_run_ >= handoff_ || (ready_run_ > 0 && taken_ + ready_run_ == steps_);
 }
 
 void Loader::produce(size_t first_step) {
-  for (size_t i = first_step; i < steps_.size(); i += threads_) {
+  for (size_t i = first_step; i < steps_; i += threads_) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       room_.wait(lock, [&] { return stop_ || i < room_limit_; });
@@ -82,7 +88,7 @@ void Loader::produce(size_t first_step) {
     bool wake = false;
     bool failed = false;
     try {
-      Batch batch = read_(steps_[i]);
+      Batch batch = read_(i);
       const std::lock_guard<std::mutex> lock(mutex_);
       if (!sized_) size_runs(batch);
       ready_.emplace(i, std::move(batch));
@@ -103,8 +109,8 @@ void Loader::produce(size_t first_step) {
 }
 
 Batch Loader::next() {
-  HT_CHECK(taken_ < steps_.size(), "Loader::next called past the last step");
-  if (workers_.empty()) return read_(steps_[taken_++]);  // depth 0: no threads
+  HT_CHECK(taken_ < steps_, "Loader::next called past the last step");
+  if (workers_.empty()) return read_(taken_++);  // depth 0: no threads
   std::unique_lock<std::mutex> lock(mutex_);
   if (ready_run_ == 0) {
     consumer_waiting_ = true;

@@ -292,8 +292,8 @@ Split Split::load(const std::string& dataset_dir, const std::string& split_name,
   return out;
 }
 
-ShardAccess shard_access(const std::string& data_io) {
-  return data_io == "mmap" ? ShardAccess::kMap : ShardAccess::kRead;
+ShardAccess shard_access(config::DataIo data_io) {
+  return data_io == config::DataIo::kMmap ? ShardAccess::kMap : ShardAccess::kRead;
 }
 
 std::int64_t Split::size() const { return state_->samples; }
@@ -389,7 +389,10 @@ Batch Split::gather(const std::vector<std::int64_t>& indices, bool pinned) const
   at::Tensor raw = s.batch_memory->empty(shape, scalar_type(s.input_field.dtype), pinned);
   at::Tensor target = s.batch_memory->empty({count}, at::kLong, pinned);
   s.gather_rows(indices, static_cast<std::uint8_t*>(raw.data_ptr()), target.data_ptr<std::int64_t>());
-  return {raw, target};
+  Batch batch;
+  batch.input = raw;
+  batch.target = target;
+  return batch;
 }
 
 at::Tensor Split::normalize(const at::Tensor& raw) const {

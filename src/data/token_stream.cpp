@@ -129,7 +129,10 @@ Batch TokenStream::gather(const std::vector<std::int64_t>& offsets, bool pinned)
     to_input = std::copy(from, from + s.block_size, to_input);
     to_target = std::copy(from + 1, from + window, to_target);
   }
-  return {input, target};
+  Batch batch;
+  batch.input = input;
+  batch.target = target;
+  return batch;
 }
 
 }  // namespace hpctrain::data

@@ -8,41 +8,26 @@ namespace {
 
 using Factory = std::function<std::shared_ptr<Model>(const config::ModelConfig&, const ModelSpec&)>;
 
-struct Entry {
-  const char* name;
-  Factory make;
-};
-
-const std::vector<Entry>& registry() {
-  static const std::vector<Entry> entries{
-      {"fashion_cnn", make_fashion_cnn},
-      {"mlp", make_mlp},
-      {"resnet", make_resnet},
-      {"gpt", make_gpt},
-      {"torchscript", make_torchscript},
-  };
-  return entries;
+// The factory of each config::ModelName, in its order.
+Factory factory(config::ModelName name) {
+  switch (name) {
+    case config::ModelName::kFashionCnn: return make_fashion_cnn;
+    case config::ModelName::kMlp: return make_mlp;
+    case config::ModelName::kResnet: return make_resnet;
+    case config::ModelName::kGpt: return make_gpt;
+    case config::ModelName::kTorchscript: break;
+  }
+  return make_torchscript;
 }
 
 }  // namespace
 
 std::shared_ptr<Model> make_model(const config::ModelConfig& config, const ModelSpec& spec) {
   if (spec.num_classes < 2) {
-    throw ConfigError("model " + config.name + ": the dataset declares " +
+    throw ConfigError(std::string("model ") + config::name_of(config.name) + ": the dataset declares " +
                       std::to_string(spec.num_classes) + " classes; a classifier needs at least 2");
   }
-  for (const auto& entry : registry()) {
-    if (config.name == entry.name) return entry.make(config, spec);
-  }
-  std::string known;
-  for (const auto& name : model_names()) known += (known.empty() ? "" : "|") + name;
-  throw ConfigError("model.name: unknown model '" + config.name + "' (allowed: " + known + ")");
-}
-
-std::vector<std::string> model_names() {
-  std::vector<std::string> names;
-  for (const auto& entry : registry()) names.emplace_back(entry.name);
-  return names;
+  return factory(config.name)(config, spec);
 }
 
 }  // namespace hpctrain::model

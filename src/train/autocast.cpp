@@ -52,9 +52,12 @@ void set_dtype(c10::DeviceType device, at::ScalarType dtype) {
 
 }  // namespace
 
-std::optional<at::ScalarType> autocast_dtype(const std::string& precision) {
-  if (precision == "bf16") return at::kBFloat16;
-  if (precision == "fp16") return at::kHalf;
+std::optional<at::ScalarType> autocast_dtype(config::Precision precision) {
+  switch (precision) {
+    case config::Precision::kBf16: return at::kBFloat16;
+    case config::Precision::kFp16: return at::kHalf;
+    case config::Precision::kFp32: break;
+  }
   return std::nullopt;
 }
 

@@ -17,12 +17,9 @@ std::string visible_devices_text() {
 
 }  // namespace
 
-bool resolve_use_cuda(const std::string& device_option, int visible_gpus) {
-  if (device_option == "cpu") return false;
-  if (device_option == "auto") return visible_gpus > 0;
-  if (device_option != "cuda") {
-    throw ConfigError("dist.device: unknown device '" + device_option + "' (allowed: auto|cpu|cuda)");
-  }
+bool resolve_use_cuda(config::DeviceKind device_option, int visible_gpus) {
+  if (device_option == config::DeviceKind::kCpu) return false;
+  if (device_option == config::DeviceKind::kAuto) return visible_gpus > 0;
   if (visible_gpus == 0) {
     throw ConfigError("dist.device=cuda, but libtorch sees no GPU (CPU-only libtorch, no GPU on this "
                       "node, or CUDA_VISIBLE_DEVICES=" + visible_devices_text() +

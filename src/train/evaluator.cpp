@@ -3,74 +3,71 @@
 #include <torch/torch.h>
 
 #include <cmath>
-#include <functional>
-#include <numeric>
 
 #include "hpctrain/comm/communicator.h"
-#include "hpctrain/core/error.h"
-#include "hpctrain/data/split.h"
-#include "hpctrain/data/token_stream.h"
+#include "hpctrain/core/log.h"
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/model/model.h"
 
 namespace hpctrain::train {
 
-namespace {
-
-// Logits [N, C] and their targets [N], on the device, for items [start, start + count).
-using ScoredBatch = std::function<std::pair<at::Tensor, at::Tensor>(std::int64_t start, std::int64_t count)>;
-
-// Collective: this rank scores its contiguous part of `items`, `batch_size` at a time, and the
-// sums of all ranks are returned: summed cross-entropy, correct top-1 predictions, items scored.
-std::vector<double> score_over_ranks(model::Model& model, comm::Communicator& comm, c10::Device device,
-                                     std::int64_t items, std::int64_t batch_size, const ScoredBatch& batch) {
+EvalResult evaluate(model::Model& model, const data::Source& source, comm::Communicator& comm,
+                    std::int64_t batch_size, c10::Device device) {
   model.module().eval();
   torch::NoGradGuard no_grad;
+  const std::int64_t items = source.items();
   const std::int64_t first = items * comm.rank() / comm.size();
   const std::int64_t last = items * (comm.rank() + 1) / comm.size();
   // Sums stay on the device until the end: no host synchronization per batch.
   at::Tensor loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
   at::Tensor correct = torch::zeros({}, torch::dtype(torch::kInt64).device(device));
   for (std::int64_t start = first; start < last; start += batch_size) {
-    const auto [logits, target] = batch(start, std::min(batch_size, last - start));
+    const data::Batch batch = source.finish(source.read_items(start, std::min(batch_size, last - start)), device);
+    at::Tensor logits = model.forward(batch.input);
+    at::Tensor target = batch.target;
+    if (logits.dim() == 3) {  // a language model's [B, T, vocab]: every token is scored
+      logits = logits.flatten(0, 1);
+      target = target.flatten();
+    }
     loss_sum += torch::nn::functional::cross_entropy(
         logits, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
     correct += logits.argmax(1).eq(target).sum();
   }
-  return ddp::sum_over_ranks(comm, {loss_sum.item<double>(), correct.item<double>(), static_cast<double>(last - first)},
-                             device);
-}
-
-}  // namespace
-
-EvalResult evaluate(model::Model& model, const data::Split& split, comm::Communicator& comm,
-                    std::int64_t batch_size, c10::Device device) {
-  const std::vector<double> totals =
-      score_over_ranks(model, comm, device, split.size(), batch_size, [&](std::int64_t start, std::int64_t count) {
-        const data::Batch batch = split.range(start, count);
-        return std::make_pair(model.forward(split.normalize(batch.input.to(device))), batch.target.to(device));
-      });
-  return {totals[0] / totals[2], totals[1] / totals[2], static_cast<std::int64_t>(totals[2]), 0};
-}
-
-EvalResult evaluate(model::Model& model, const data::TokenStream& stream, comm::Communicator& comm,
-                    std::int64_t batch_size, c10::Device device) {
-  const std::int64_t block = stream.block_size();
-  const std::int64_t windows = (stream.size() - 1) / block;
-  HT_CHECK(windows > 0, "the evaluation stream is shorter than one window");
-  const std::vector<double> totals =
-      score_over_ranks(model, comm, device, windows, batch_size, [&](std::int64_t start, std::int64_t count) {
-        std::vector<std::int64_t> offsets(static_cast<size_t>(count));
-        std::iota(offsets.begin(), offsets.end(), start);
-        for (auto& offset : offsets) offset *= block;
-        const data::Batch batch = stream.gather(offsets);
-        return std::make_pair(model.forward(batch.input.to(device)).flatten(0, 1), batch.target.to(device).flatten());
-      });
-  const double tokens = totals[2] * static_cast<double>(block);
-  return {totals[0] / tokens, totals[1] / tokens, static_cast<std::int64_t>(totals[2]),
-          static_cast<std::int64_t>(tokens)};
+  const std::vector<double> totals = ddp::sum_over_ranks(
+      comm, {loss_sum.item<double>(), correct.item<double>(), static_cast<double>(last - first)}, device);
+  const double scored = totals[2] * static_cast<double>(std::max<std::int64_t>(1, source.tokens_per_item()));
+  return {totals[0] / scored, totals[1] / scored, static_cast<std::int64_t>(totals[2]),
+          static_cast<std::int64_t>(totals[2]) * source.tokens_per_item()};
 }
 
 double EvalResult::perplexity() const { return std::exp(loss); }
+
+Evaluation::Evaluation(std::shared_ptr<const data::Source> source, const config::Config& config,
+                       comm::Communicator& comm, c10::Device device, MetricsWriter& metrics)
+    : source_(std::move(source)), config_(config), comm_(comm), device_(device), metrics_(metrics) {}
+
+EvalResult Evaluation::run(model::Model& model, std::int64_t epoch, std::int64_t step) {
+  const EvalResult result = evaluate(model, *source_, comm_, config_.train.eval_batch_size, device_);
+  nlohmann::json record = {{"epoch", epoch + 1}, {"step", step}, {"test_loss", result.loss},
+                           {"test_acc", result.accuracy}};
+  if (result.language_model()) {
+    log::info("epoch {} step {} eval on {} ({} tokens): test_loss {:.4f} test_ppl {:.2f} test_acc {:.4f} (next token)",
+              epoch + 1, step, config_.data.eval_split, result.tokens, result.loss, result.perplexity(),
+              result.accuracy);
+    record["test_ppl"] = result.perplexity();
+  } else {
+    log::info("epoch {} step {} eval on {} ({} samples): test_loss {:.4f} test_acc {:.4f}", epoch + 1, step,
+              config_.data.eval_split, result.samples, result.loss, result.accuracy);
+  }
+  metrics_.write(record);
+  if (result.language_model()) {
+    improved_ = !best_.test_loss || std::isnan(*best_.test_loss) || result.loss < *best_.test_loss;
+    if (improved_) best_.test_loss = result.loss;
+  } else {
+    improved_ = !best_.test_acc || result.accuracy > *best_.test_acc;
+    if (improved_) best_.test_acc = result.accuracy;
+  }
+  return result;
+}
 
 }  // namespace hpctrain::train

@@ -11,7 +11,8 @@
 namespace hpctrain::train {
 
 bool uses_loss_scaling(const config::TrainConfig& train) {
-  return train.loss_scale == "dynamic" || (train.loss_scale == "auto" && train.precision == "fp16");
+  return train.loss_scale == config::LossScale::kDynamic ||
+         (train.loss_scale == config::LossScale::kAuto && train.precision == config::Precision::kFp16);
 }
 
 LossScaler::LossScaler(LossScalerOptions options) : options_(options), scale_(options.initial_scale) {}

@@ -36,14 +36,14 @@ std::optional<double> known_gpu_peak_tflops(const std::string& gpu_name) {
 }
 
 std::optional<PeakFlops> resolve_peak_flops(double option, const std::string& gpu_name,
-                                            const std::string& precision, bool tf32) {
+                                            config::Precision precision, bool tf32) {
   if (option > 0) return PeakFlops{option, "train.peak_tflops"};
-  const bool half = precision == "bf16" || precision == "fp16";
-  if (!half && !(precision == "fp32" && tf32)) return std::nullopt;
+  const bool half = precision != config::Precision::kFp32;
+  if (!half && !tf32) return std::nullopt;
   const std::optional<double> known = known_gpu_peak_tflops(gpu_name);
   if (!known) return std::nullopt;
   // Every GPU of the table runs TF32 at half its bf16/fp16 tensor rate (their data sheets).
-  return PeakFlops{half ? *known : *known / 2, fmt::format("{}, dense {}", gpu_name, half ? precision : "tf32")};
+  return PeakFlops{half ? *known : *known / 2, fmt::format("{}, dense {}", gpu_name, half ? config::name_of(precision) : "tf32")};
 }
 
 }  // namespace hpctrain::train

@@ -34,10 +34,7 @@ std::vector<optim::OptimizerParamGroup> groups(const config::OptimConfig& config
 }  // namespace
 
 void check_optimizer_options(const config::OptimConfig& config) {
-  if (config.name != "adamw" && config.name != "sgd") {
-    throw ConfigError("optim.name: unknown optimizer '" + config.name + "' (allowed: adamw|sgd)");
-  }
-  if (config.nesterov && (config.name != "sgd" || config.momentum <= 0)) {
+  if (config.nesterov && (config.name != config::OptimizerName::kSgd || config.momentum <= 0)) {
     throw ConfigError("optim.nesterov=true needs optim.name=sgd with optim.momentum > 0");
   }
 }
@@ -45,7 +42,7 @@ void check_optimizer_options(const config::OptimConfig& config) {
 std::unique_ptr<optim::Optimizer> make_optimizer(const config::OptimConfig& config,
                                                  const NamedParameters& parameters) {
   check_optimizer_options(config);
-  if (config.name == "adamw") {
+  if (config.name == config::OptimizerName::kAdamW) {
     const auto options =
         optim::AdamWOptions(config.lr).betas({config.beta1, config.beta2}).eps(config.eps).weight_decay(config.weight_decay);
     return std::make_unique<optim::AdamW>(groups(config, parameters, options), options);

@@ -108,7 +108,7 @@ std::vector<RankFacts> gather_job_facts(const comm::Bootstrap& bootstrap, const 
   // A TorchScript model is the file's contents as much as the config: the same path may hold another
   // export on another node.
   std::string model_identity = config::to_ini(config);
-  if (config.model.name == "torchscript" && !config.model.path.empty()) {
+  if (config.model.name == config::ModelName::kTorchscript && !config.model.path.empty()) {
     std::ifstream in(config.model.path, std::ios::binary);
     model_identity += "\nmodel.path contents " + fnv1a_hex(std::string(std::istreambuf_iterator<char>(in), {}));
   }

@@ -30,14 +30,14 @@ bool free_to_change(const std::string& key) {
 
 }  // namespace
 
-std::string choose_checkpoint(const std::string& how, const std::string& dir) {
+std::string choose_checkpoint(const config::ResumeFrom& how, const std::string& dir) {
   if (const int removed = ckpt::remove_unfinished_writes(dir); removed > 0) {
     log::warn("removed {} unfinished checkpoint write(s) in {} (a writer was killed)", removed, dir);
   }
-  if (how == "none") return "";
-  if (how != "auto") {
-    ckpt::CheckpointReader(how).verify();  // a bad file named by the user is an error
-    return how;
+  if (how.kind == config::ResumeFrom::Kind::kNone) return "";
+  if (how.kind == config::ResumeFrom::Kind::kPath) {
+    ckpt::CheckpointReader(how.path).verify();  // a bad file named by the user is an error
+    return how.path;
   }
   std::vector<std::string> candidates;
   const std::string latest = ckpt::latest_checkpoint(dir);

@@ -3,7 +3,7 @@
 #include <torch/torch.h>
 
 #include "hpctrain/train/train_state.h"
-#include "hpctrain/train/trainer.h"
+#include "hpctrain/train/checkpointer.h"
 
 namespace hpctrain::train {
 

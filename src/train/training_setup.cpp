@@ -29,8 +29,8 @@ namespace {
 // The gpt model learns from a token stream; a TorchScript module from either (its dry-run forward
 // checks that it fits); every other model from samples with labels.
 void check_model_fits_dataset(const config::Config& config, const data::Manifest& manifest, bool token_stream) {
-  if (config.model.name == "torchscript") return;
-  const bool language_model = config.model.name == "gpt";
+  if (config.model.name == config::ModelName::kTorchscript) return;
+  const bool language_model = config.model.name == config::ModelName::kGpt;
   if (language_model && !token_stream) {
     const data::FieldSpec& field = manifest.fields.front();
     throw ConfigError("model.name=gpt learns from a token stream (`hpctrain prepare text`), but dataset " +
@@ -41,7 +41,7 @@ void check_model_fits_dataset(const config::Config& config, const data::Manifest
   if (!language_model && token_stream) {
     throw ConfigError("dataset " + config.data.path + " is a token stream, which only model.name=gpt and "
                       "model.name=torchscript (a scripted language model) learn from; model.name=" +
-                      config.model.name + " classifies samples");
+                      config::name_of(config.model.name) + " classifies samples");
   }
 }
 
@@ -78,78 +78,109 @@ data::TokenStream load_token_split(const config::Config& config, const std::stri
 void check_world_fits(const TrainingSetup& setup, int world_size) {
   const config::TrainConfig& train = setup.config.train;
   accumulation_steps(train, world_size);
-  if (!setup.train_split || !train.drop_last) return;
+  if (!setup.train || setup.train->language_model() || !train.drop_last) return;
   const std::int64_t global_batch = world_size * train.batch_size;
-  if (setup.train_split->size() < global_batch) {
+  if (setup.train->items() < global_batch) {
     throw ConfigError("train.drop_last: a global batch of " + std::to_string(global_batch) + " (" +
                       std::to_string(world_size) + " ranks x train.batch_size " + std::to_string(train.batch_size) +
-                      ") is larger than the split's " + std::to_string(setup.train_split->size()) +
+                      ") is larger than the split's " + std::to_string(setup.train->items()) +
                       " samples, so no step would run; lower train.batch_size or set train.drop_last=false");
   }
 }
 
-TrainingSetup prepare_training(const config::Config& config, bool need_train_split) {
-  const bool use_cuda = resolve_use_cuda(config.dist.device, visible_gpus());
+namespace {
+
+// Throws ConfigError for options that cannot work together here.
+void check_run_options(const config::Config& config, bool use_cuda, bool need_train_split) {
   comm::validate_backend(config.dist.backend, use_cuda);
-  if (need_train_split && config.train.precision == "fp16" && !use_cuda) {  // eval runs in float32
+  if (need_train_split && config.train.precision == config::Precision::kFp16 && !use_cuda) {  // eval runs in float32
     throw ConfigError("train.precision=fp16 needs a GPU (dist.device=cuda or auto with one visible): on the CPU "
                       "autocast computes in bfloat16 only; use train.precision=bf16 there");
   }
-  if (config.train.nonfinite == "abort" && uses_loss_scaling(config.train)) {
-    throw ConfigError("train.nonfinite=abort with dynamic loss scaling (train.loss_scale=" + config.train.loss_scale +
-                      ", train.precision=" + config.train.precision + "): the scaler finds its scale by "
+  if (config.train.nonfinite == config::Nonfinite::kAbort && uses_loss_scaling(config.train)) {
+    throw ConfigError(std::string("train.nonfinite=abort with dynamic loss scaling (train.loss_scale=") +
+                      config::name_of(config.train.loss_scale) + ", train.precision=" +
+                      config::name_of(config.train.precision) + "): the scaler finds its scale by "
                       "skipping overflowing steps; use train.nonfinite=skip (train.max_skipped bounds a run "
                       "of them) or train.loss_scale=none");
   }
   check_optimizer_options(config.optim);
   check_schedule_options(config.optim);
-  const int threads = configure_threads(config.train);
-  set_cuda_math(config.train.tf32, config.train.cudnn_benchmark);
-  // Same seed everywhere: every rank builds identical initial weights (rank 0's are broadcast
-  // anyway, so a rank with a different libtorch still starts from the same point).
-  torch::manual_seed(static_cast<std::uint64_t>(config.train.seed));
   if (config.data.shuffle_window_mb * 2 > config.data.cache_mb) {
     throw ConfigError("data.shuffle_window_mb=" + std::to_string(config.data.shuffle_window_mb) +
                       " needs data.cache_mb >= " + std::to_string(2 * config.data.shuffle_window_mb) +
                       " (the window being read and the next are held in memory; data.cache_mb is " +
                       std::to_string(config.data.cache_mb) + "); raise data.cache_mb or lower the window");
   }
-  const data::Manifest manifest = data::Manifest::load(config.data.path);
-  const bool token_stream = data::is_token_stream(manifest);
-  check_model_fits_dataset(config, manifest, token_stream);
-  const std::int64_t cache_bytes = config.data.cache_mb << 20;
-  TrainingSetup setup{config, std::nullopt, std::nullopt, std::nullopt, std::nullopt, nullptr, threads, use_cuda};
-  if (token_stream) {
-    if (config.data.shuffle_window_mb > 0) {
-      throw ConfigError("data.shuffle_window_mb shuffles the samples of a sample dataset; " + config.data.path +
-                        " is a token stream, read in windows at random offsets: set it to 0");
-    }
-    check_augmentation(config, {}, true);
-    if (need_train_split) setup.train_tokens = load_token_split(config, config.data.train_split, cache_bytes);
-    if (!config.data.eval_split.empty()) {
-      setup.eval_tokens = load_token_split(config, config.data.eval_split, cache_bytes);
-    }
-    HT_CHECK(setup.train_tokens || setup.eval_tokens, "nothing to load: no train split and no eval split");
-    // The vocabulary is the manifest's num_classes (256 for `prepare text`'s bytes).
-    setup.model = model::make_model(config.model, {{config.model.gpt_block_size}, manifest.num_classes, true});
-    return setup;
+}
+
+// A token stream's splits, and the language model that reads them.
+void load_token_stream(const data::Manifest& manifest, bool need_train_split, TrainingSetup& setup) {
+  const config::Config& config = setup.config;
+  if (config.data.shuffle_window_mb > 0) {
+    throw ConfigError("data.shuffle_window_mb shuffles the samples of a sample dataset; " + config.data.path +
+                      " is a token stream, read in windows at random offsets: set it to 0");
   }
-  const data::ShardAccess access = data::shard_access(config.data.io);
+  check_augmentation(config, {}, true);
+  const std::int64_t cache_bytes = config.data.cache_mb << 20;
   if (need_train_split) {
-    setup.train_split = data::Split::load(config.data.path, config.data.train_split, cache_bytes, access);
+    setup.train = data::token_source(load_token_split(config, config.data.train_split, cache_bytes),
+                                     data::source_options(config, config.data.train_split, setup.use_cuda));
   }
   if (!config.data.eval_split.empty()) {
-    setup.eval_split = data::Split::load(config.data.path, config.data.eval_split, cache_bytes, access);
+    setup.eval = data::token_source(load_token_split(config, config.data.eval_split, cache_bytes),
+                                    data::source_options(config, config.data.eval_split, false));
   }
-  for (const auto* split : {&setup.train_split, &setup.eval_split}) {
+  HT_CHECK(setup.train || setup.eval, "nothing to load: no train split and no eval split");
+  // The vocabulary is the manifest's num_classes (256 for `prepare text`'s bytes).
+  setup.model = model::make_model(config.model, {{config.model.gpt_block_size}, manifest.num_classes, true});
+}
+
+// The splits of samples with labels, and the classifier that fits them.
+void load_sample_splits(bool need_train_split, TrainingSetup& setup) {
+  const config::Config& config = setup.config;
+  const std::int64_t cache_bytes = config.data.cache_mb << 20;
+  const data::ShardAccess access = data::shard_access(config.data.io);
+  std::optional<data::Split> train;
+  std::optional<data::Split> eval;
+  if (need_train_split) train = data::Split::load(config.data.path, config.data.train_split, cache_bytes, access);
+  if (!config.data.eval_split.empty()) {
+    eval = data::Split::load(config.data.path, config.data.eval_split, cache_bytes, access);
+  }
+  for (const auto* split : {&train, &eval}) {
     if (*split && !(*split)->why_not_mapped().empty()) {
       log::info("data.io=mmap does not apply: {}; the split is read into memory", (*split)->why_not_mapped());
     }
   }
-  HT_CHECK(setup.train_split || setup.eval_split, "nothing to load: no train split and no eval split");
-  const data::Split& any = setup.train_split ? *setup.train_split : *setup.eval_split;
+  HT_CHECK(train || eval, "nothing to load: no train split and no eval split");
+  const data::Split& any = train ? *train : *eval;
   check_augmentation(config, any.sample_shape(), false);
   setup.model = model::make_model(config.model, {any.sample_shape(), any.manifest().num_classes});
+  if (train) {
+    setup.train = data::sample_source(*train, data::source_options(config, config.data.train_split, setup.use_cuda));
+  }
+  if (eval) setup.eval = data::sample_source(*eval, data::source_options(config, config.data.eval_split, false));
+}
+
+}  // namespace
+
+TrainingSetup prepare_training(const config::Config& config, bool need_train_split) {
+  const bool use_cuda = resolve_use_cuda(config.dist.device, visible_gpus());
+  check_run_options(config, use_cuda, need_train_split);
+  const int threads = configure_threads(config.train);
+  set_cuda_math(config.train.tf32, config.train.cudnn_benchmark);
+  // Same seed everywhere: every rank builds identical initial weights (rank 0's are broadcast
+  // anyway, so a rank with a different libtorch still starts from the same point).
+  torch::manual_seed(static_cast<std::uint64_t>(config.train.seed));
+  const data::Manifest manifest = data::Manifest::load(config.data.path);
+  const bool token_stream = data::is_token_stream(manifest);
+  check_model_fits_dataset(config, manifest, token_stream);
+  TrainingSetup setup{config, nullptr, nullptr, nullptr, threads, use_cuda};
+  if (token_stream) {
+    load_token_stream(manifest, need_train_split, setup);
+  } else {
+    load_sample_splits(need_train_split, setup);
+  }
   return setup;
 }
 

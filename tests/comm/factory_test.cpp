@@ -16,11 +16,10 @@ TEST(Factory, MpiIsAlwaysAvailable) {
 }
 
 TEST(Factory, BackendChoiceIsValidatedBeforeMpiStarts) {
-  EXPECT_NO_THROW(validate_backend("auto", false));
-  EXPECT_NO_THROW(validate_backend("mpi", false));
-  EXPECT_THROW(validate_backend("nccl", false), ConfigError);  // NCCL needs CUDA tensors
-  EXPECT_NO_THROW(validate_backend("mpi", true));  // CUDA tensors staged through host memory
-  EXPECT_THROW(validate_backend("gloo", false), ConfigError);
+  EXPECT_NO_THROW(validate_backend(config::Backend::kAuto, false));
+  EXPECT_NO_THROW(validate_backend(config::Backend::kMpi, false));
+  EXPECT_THROW(validate_backend(config::Backend::kNccl, false), ConfigError);  // NCCL needs CUDA tensors
+  EXPECT_NO_THROW(validate_backend(config::Backend::kMpi, true));  // CUDA tensors staged through host memory
 }
 
 }  // namespace

@@ -56,8 +56,8 @@ TEST_F(ParserTest, IniValuesAreTypedAndCommandLineWins) {
 TEST_F(ParserTest, SpaceSeparatedValueAndDefaults) {
   const ParsedArgs parsed = parse_args({"--data.path", "/d", "--optim.name", "sgd"}, {}, true, true);
   EXPECT_EQ(parsed.config.data.path, "/d");
-  EXPECT_EQ(parsed.config.optim.name, "sgd");
-  EXPECT_EQ(parsed.config.model.name, "fashion_cnn");
+  EXPECT_EQ(parsed.config.optim.name, OptimizerName::kSgd);
+  EXPECT_EQ(parsed.config.model.name, ModelName::kFashionCnn);
   EXPECT_EQ(parsed.config.run.dir, "runs/default");
 }
 

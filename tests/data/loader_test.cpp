@@ -28,6 +28,13 @@
 namespace hpctrain::data {
 namespace {
 
+Batch batch_of(at::Tensor input, at::Tensor target) {
+  Batch batch;
+  batch.input = std::move(input);
+  batch.target = std::move(target);
+  return batch;
+}
+
 namespace fs = std::filesystem;
 
 // 50 samples of float32[2] = (i, -i), label i % 5, in 4 shards.
@@ -426,7 +433,7 @@ TEST(LoaderHandOff, SmallBatchesAreReadFurtherAhead) {
     Loader loader(
         [&reads](const std::vector<std::int64_t>&) {
           ++reads;
-          return Batch{at::zeros({1024 - 8}, at::kChar), at::zeros({1}, at::kLong)};
+          return batch_of(at::zeros({1024 - 8}, at::kChar), at::zeros({1}, at::kLong));
         },
         steps, {1, 1, handoff_bytes});
     if (handoff_bytes > 0) {
@@ -462,7 +469,7 @@ TEST(LoaderHandOff, EachSideWaitsForARunOfTwo) {
         std::unique_lock<std::mutex> lock(mutex);
         opened.wait(lock, [&] { return step[0] < gate; });
         ++reads;
-        return Batch{at::zeros({kBytes - 8}, at::kChar), at::full({1}, step[0], at::kLong)};
+        return batch_of(at::zeros({kBytes - 8}, at::kChar), at::full({1}, step[0], at::kLong));
       },
       steps, {1, 1});
   // next() is called before any batch is ready (one that is ready it takes at once), so it

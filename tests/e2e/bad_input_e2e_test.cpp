@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "e2e.h"
 #include "process.h"
 #include "hpctrain/ckpt/checkpoint.h"
 #include "hpctrain/core/system.h"
@@ -30,8 +31,6 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-const std::string kBin = HPCTRAIN_BIN;
-const std::string kSource = HPCTRAIN_SOURCE_DIR;
 const std::string kErrorTag = "hpctrain: error:";
 
 // The training command of most rows: resumable from the suite's run (the same config, two more
@@ -531,12 +530,9 @@ class BadInputSweep : public ::testing::Test {
   // A 600-sample dataset, a token stream, a 2-rank run of fashion_cnn with its checkpoint after 2
   // steps (what the resume rows copy), and a checkpoint of the mlp model.
   static void SetUpTestSuite() {
-    work_ = make_temp_dir("badinput");
-    data_ = work_ + "/fashion";
-    const ProcessResult prepared = run_command(kBin + " prepare fashion-mnist --source " +
-                                               "/usr/share/datasets/fashion-mnist --out " + data_ +
-                                               " --limit 600 --shards 2");
-    ASSERT_EQ(prepared.exit_code, 0) << prepared.err;
+    const FashionSuite suite = make_fashion_suite("badinput", 600, 2);
+    work_ = suite.work;
+    data_ = suite.data;
     {
       std::ofstream text(work_ + "/text.txt");
       for (int i = 0; i < 400; ++i) text << "line " << i << "\n";

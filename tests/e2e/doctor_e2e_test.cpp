@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "e2e.h"
 #include "process.h"
 #include "hpctrain/core/system.h"
 
@@ -13,17 +14,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kBin = HPCTRAIN_BIN;
-const std::string kSource = HPCTRAIN_SOURCE_DIR;
 
 class DoctorEndToEnd : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    work_ = make_temp_dir("doctor");
-    data_ = work_ + "/fashion";
-    const ProcessResult r = run_command(kBin + " prepare fashion-mnist --source /usr/share/datasets/fashion-mnist" +
-                                        " --out " + data_ + " --limit 600");
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const FashionSuite suite = make_fashion_suite("doctor", 600, 1);
+    work_ = suite.work;
+    data_ = suite.data;
   }
   static void TearDownTestSuite() { hpctrain::sys::remove_tree(work_); }
   static std::string work_;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "e2e.h"
 #include "process.h"
 #include "hpctrain/core/system.h"
 
@@ -15,11 +16,9 @@ namespace {
 
 TEST(FullEpoch, FashionCnnTwoRanksReaches85PercentInOneEpoch) {
   const std::string work = make_temp_dir("epoch");
-  const std::string bin = HPCTRAIN_BIN;
-  const ProcessResult p = run_command(bin + " prepare fashion-mnist --source "
-                                      "/usr/share/datasets/fashion-mnist --out " + work + "/data");
+  const ProcessResult p = prepare_fashion(work + "/data", 0);
   ASSERT_EQ(p.exit_code, 0) << p.err;
-  const ProcessResult t = run_command(mpirun(2) + bin + " train --config " + HPCTRAIN_SOURCE_DIR +
+  const ProcessResult t = run_command(mpirun(2) + kBin + " train --config " + kSource +
                                       "/configs/fashion_cnn.ini --data.path=" + work +
                                       "/data --run.dir=" + work + "/run --train.epochs=1");
   ASSERT_EQ(t.exit_code, 0) << t.err;

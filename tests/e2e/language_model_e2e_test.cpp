@@ -13,6 +13,7 @@
 #include <optional>
 #include <sstream>
 
+#include "e2e.h"
 #include "process.h"
 #include "same_checkpoints.h"
 #include "hpctrain/ckpt/checkpoint.h"
@@ -23,8 +24,6 @@ namespace {
 
 using json = nlohmann::json;
 
-const std::string kBin = HPCTRAIN_BIN;
-const std::string kSource = HPCTRAIN_SOURCE_DIR;
 
 class LanguageModelEndToEnd : public ::testing::Test {
  protected:
@@ -220,10 +219,7 @@ TEST_F(LanguageModelEndToEnd, AScriptedLanguageModelTrainsResumesAndEvaluates) {
 
 TEST_F(LanguageModelEndToEnd, AModelAndDatasetThatDoNotFitAreRefusedInOneLine) {
   const std::string samples = work_ + "/fashion";
-  ASSERT_EQ(run_command(kBin + " prepare fashion-mnist --source /usr/share/datasets/fashion-mnist --out " + samples +
-                        " --limit 200")
-                .exit_code,
-            0);
+  ASSERT_EQ(prepare_fashion(samples, 200).exit_code, 0);
   const auto refused = [](const std::string& command, int code, const std::string& words) {
     const ProcessResult r = run_command(command);
     EXPECT_EQ(r.exit_code, code) << command << "\n" << r.err;

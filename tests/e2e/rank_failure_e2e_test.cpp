@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "e2e.h"
 #include "process.h"
 #include "hpctrain/core/system.h"
 
@@ -16,18 +17,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kBin = HPCTRAIN_BIN;
-const std::string kSource = HPCTRAIN_SOURCE_DIR;
 constexpr double kTimeout = 3.0;  // dist.timeout_s of these runs
 
 class RankFailureEndToEnd : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    work_ = make_temp_dir("rankfail");
-    data_ = work_ + "/fashion";
-    const ProcessResult r = run_command(kBin + " prepare fashion-mnist --source /usr/share/datasets/fashion-mnist" +
-                                        " --out " + data_ + " --limit 600 --shards 2");
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const FashionSuite suite = make_fashion_suite("rankfail", 600, 2);
+    work_ = suite.work;
+    data_ = suite.data;
   }
   static void TearDownTestSuite() { hpctrain::sys::remove_tree(work_); }
 

@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 
+#include "e2e.h"
 #include "process.h"
 #include "same_checkpoints.h"
 #include "hpctrain/ckpt/checkpoint.h"
@@ -22,17 +23,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kBin = HPCTRAIN_BIN;
-const std::string kSource = HPCTRAIN_SOURCE_DIR;
 
 class ResumeEndToEnd : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    work_ = make_temp_dir("resume");
-    data_ = work_ + "/fashion";
-    const ProcessResult r = run_command(kBin + " prepare fashion-mnist --source /usr/share/datasets/fashion-mnist" +
-                                        " --out " + data_ + " --limit 1200 --shards 2");
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const FashionSuite suite = make_fashion_suite("resume", 1200, 2);
+    work_ = suite.work;
+    data_ = suite.data;
   }
   static void TearDownTestSuite() { hpctrain::sys::remove_tree(work_); }
 

@@ -13,6 +13,7 @@
 #include <map>
 #include <sstream>
 
+#include "e2e.h"
 #include "process.h"
 #include "same_checkpoints.h"
 #include "hpctrain/ckpt/checkpoint.h"
@@ -23,8 +24,6 @@ namespace {
 
 using json = nlohmann::json;
 
-const std::string kBin = HPCTRAIN_BIN;
-const std::string kSource = HPCTRAIN_SOURCE_DIR;
 const std::string kExporter = "/usr/bin/python3 " + kSource + "/tests/support/export_torchscript.py";
 
 // A checkpoint's model tensors by name.
@@ -37,11 +36,9 @@ std::map<std::string, at::Tensor> model_group(const std::string& checkpoint) {
 class TorchScriptEndToEnd : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    work_ = make_temp_dir("torchscript");
-    data_ = work_ + "/fashion";
-    const ProcessResult prepared = run_command(kBin + " prepare fashion-mnist --source /usr/share/datasets/fashion-mnist" +
-                                               " --out " + data_ + " --limit 1200 --shards 2");
-    ASSERT_EQ(prepared.exit_code, 0) << prepared.err;
+    const FashionSuite suite = make_fashion_suite("torchscript", 1200, 2);
+    work_ = suite.work;
+    data_ = suite.data;
     for (const auto& [file, options] : std::vector<std::pair<std::string, std::string>>{
              {"model.pt", ""}, {"seven.pt", "--classes 7"}, {"three-channels.pt", "--channels 3"},
              {"tied.pt", "--tied"}, {"frozen.pt", "--freeze features.0"}}) {
@@ -72,7 +69,7 @@ class TorchScriptEndToEnd : public ::testing::Test {
     const std::string state_dict = work_ + "/" + run + "-state_dict.pt";
     ASSERT_EQ(run_command(kBin + " ckpt export " + checkpoint + " --to state_dict --out " + state_dict).exit_code, 0);
     const ProcessResult loaded = run_command(kExporter + " " + python_flags + " --check-state-dict " + state_dict +
-                                             " --source /usr/share/datasets/fashion-mnist --manifest " +
+                                             " --source " + kFashionMnist + " --manifest " +
                                              data_ + "/manifest.json --limit 1200");
     ASSERT_EQ(loaded.exit_code, 0) << loaded.out << loaded.err;
     const json python = json::parse(loaded.out);

@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "e2e.h"
 #include "process.h"
 #include "hpctrain/core/system.h"
 
@@ -19,9 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-const std::string kBin = HPCTRAIN_BIN;
-const std::string kSource = HPCTRAIN_SOURCE_DIR;
-const std::string kFashion = "/usr/share/datasets/fashion-mnist";
 
 std::vector<json> read_jsonl(const std::string& path) {
   std::vector<json> records;
@@ -34,11 +32,9 @@ std::vector<json> read_jsonl(const std::string& path) {
 class TrainEndToEnd : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    work_ = make_temp_dir("e2e");
-    data_ = work_ + "/fashion-small";
-    const ProcessResult r = run_command(kBin + " prepare fashion-mnist --source " + kFashion +
-                                        " --out " + data_ + " --limit 3000 --shards 3");
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const FashionSuite suite = make_fashion_suite("e2e", 3000, 3, "fashion-small");
+    work_ = suite.work;
+    data_ = suite.data;
   }
   static void TearDownTestSuite() { hpctrain::sys::remove_tree(work_); }
 
@@ -70,7 +66,7 @@ TEST_F(TrainEndToEnd, PrepareWritesManifestAndSplits) {
 
 TEST_F(TrainEndToEnd, PrepareRefusesToOverwriteAndLeavesTheOldDataset) {
   const auto before = fs::last_write_time(data_ + "/manifest.json");
-  const ProcessResult r = run_command(kBin + " prepare fashion-mnist --source " + kFashion +
+  const ProcessResult r = run_command(kBin + " prepare fashion-mnist --source " + kFashionMnist +
                                       " --out " + data_ + " --limit 10");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--overwrite"), std::string::npos) << r.err;

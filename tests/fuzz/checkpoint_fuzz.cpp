@@ -38,11 +38,11 @@ struct Run {
   Run() {
     torch::manual_seed(3);
     config::ModelConfig m;
-    m.name = "mlp";
+    m.name = config::ModelName::kMlp;
     m.mlp_hidden = "8";
     model = model::make_model(m, model::ModelSpec{{1, 4, 4}, 3});
     config::OptimConfig o;
-    o.name = "adamw";
+    o.name = config::OptimizerName::kAdamW;
     o.lr = 1e-3;
     o.beta1 = 0.9;
     o.beta2 = 0.999;

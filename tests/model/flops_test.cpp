@@ -72,7 +72,7 @@ TEST(Flops, AnExceptionLeavesNoCounterBehind) {
 
 config::ModelConfig config_of(const std::string& name) {
   config::ModelConfig c;
-  c.name = name;
+  EXPECT_TRUE(config::parse_choice(name, c.name)) << name;
   c.mlp_hidden = "64,32";
   c.dropout = 0.5;
   return c;

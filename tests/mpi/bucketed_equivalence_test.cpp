@@ -33,7 +33,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 std::shared_ptr<model::Model> make_mlp() {
   torch::manual_seed(99);  // identical initial weights everywhere
   config::ModelConfig c;
-  c.name = "mlp";
+  c.name = config::ModelName::kMlp;
   c.mlp_hidden = "32,16";
   c.dropout = 0.0;
   return model::make_model(c, {{1, 6, 6}, 5});
@@ -41,7 +41,7 @@ std::shared_ptr<model::Model> make_mlp() {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name, model::Model& net) {
   config::OptimConfig o;
-  o.name = name;
+  EXPECT_TRUE(config::parse_choice(name, o.name)) << name;
   o.lr = 0.05;
   o.weight_decay = 0.01;
   o.momentum = 0.9;
@@ -76,7 +76,7 @@ class BucketedEquivalence : public ::testing::TestWithParam<Case> {};
 
 TEST_P(BucketedEquivalence, RanksTimesMicroBatchesEqualOneProcessOnTheWholeBatch) {
   const Case& c = GetParam();
-  auto comm = comm::make_communicator("mpi", *testing::g_bootstrap, false, 0);
+  auto comm = comm::make_communicator(config::Backend::kMpi, *testing::g_bootstrap, false, 0);
   const int world = comm->size();
   const int rank = comm->rank();
   const std::int64_t global = world * c.accum * kPerRank;  // samples per optimizer step
@@ -143,7 +143,7 @@ INSTANTIATE_TEST_SUITE_P(
 // fashion_cnn to the parameters and running statistics of one process with torch's BatchNorm on
 // the W*B samples.
 TEST(SyncBatchNorm, RanksEqualOneProcessWithBatchNormOnTheWholeBatch) {
-  auto comm = comm::make_communicator("mpi", *testing::g_bootstrap, false, 0);
+  auto comm = comm::make_communicator(config::Backend::kMpi, *testing::g_bootstrap, false, 0);
   const int world = comm->size();
   const int rank = comm->rank();
   constexpr std::int64_t kBatch = 3;
@@ -152,7 +152,7 @@ TEST(SyncBatchNorm, RanksEqualOneProcessWithBatchNormOnTheWholeBatch) {
   const at::Tensor inputs = torch::randn({kSteps * global, 1, 28, 28}) * 2 + 0.5;
   const at::Tensor targets = torch::randint(0, 10, {kSteps * global}, torch::kLong);
   config::ModelConfig c;
-  c.name = "fashion_cnn";
+  c.name = config::ModelName::kFashionCnn;
   c.dropout = 0.0;
   const auto make_cnn = [&] {
     torch::manual_seed(5);

@@ -23,7 +23,7 @@ namespace {
 
 std::shared_ptr<model::Model> make_mlp() {
   config::ModelConfig c;
-  c.name = "mlp";
+  c.name = config::ModelName::kMlp;
   c.mlp_hidden = "32,16";
   c.dropout = 0.0;
   return model::make_model(c, {{1, 6, 6}, 5});
@@ -37,7 +37,7 @@ at::Tensor flat_grads(model::Model& m) {
 
 TEST(GradientEquivalence, AveragedShardGradientsEqualTheFullBatchGradient) {
   comm::Bootstrap& boot = *testing::g_bootstrap;
-  auto comm = comm::make_communicator("mpi", boot, false, 0);
+  auto comm = comm::make_communicator(config::Backend::kMpi, boot, false, 0);
   const int world = comm->size();
   const int rank = comm->rank();
   constexpr std::int64_t kPerRank = 7;
@@ -77,7 +77,7 @@ TEST(GradientEquivalence, PaddedLastStepMatchesTheMeanOverRealSamples) {
   // 2W+1 samples, batch 3 per rank: one step with W*3 slots of which W-1 are padding. The masked
   // loss must give every rank the gradient of the plain mean over the 2W+1 real samples.
   comm::Bootstrap& boot = *testing::g_bootstrap;
-  auto comm = comm::make_communicator("mpi", boot, false, 0);
+  auto comm = comm::make_communicator(config::Backend::kMpi, boot, false, 0);
   const int world = comm->size();
   const std::int64_t n = 2 * world + 1;
   torch::manual_seed(4321);
@@ -115,7 +115,7 @@ TEST(GradientEquivalence, PaddedLastStepMatchesTheMeanOverRealSamples) {
 
 TEST(GradientEquivalence, BroadcastMakesBuffersEqualToTheRoot) {
   comm::Bootstrap& boot = *testing::g_bootstrap;
-  auto comm = comm::make_communicator("mpi", boot, false, 0);
+  auto comm = comm::make_communicator(config::Backend::kMpi, boot, false, 0);
   const int root = comm->size() - 1;
   at::Tensor running = torch::full({4}, static_cast<float>(comm->rank()));
   at::Tensor count = torch::full({}, comm->rank() * 10, torch::kLong);
@@ -126,7 +126,7 @@ TEST(GradientEquivalence, BroadcastMakesBuffersEqualToTheRoot) {
 
 TEST(MpiCommunicator, AllreduceSumAndAverage) {
   comm::Bootstrap& boot = *testing::g_bootstrap;
-  auto comm = comm::make_communicator("auto", boot, false, 0);
+  auto comm = comm::make_communicator(config::Backend::kAuto, boot, false, 0);
   EXPECT_EQ(comm->backend(), "mpi");
   const int world = comm->size();
   at::Tensor sum = torch::full({5}, static_cast<double>(comm->rank() + 1), torch::kFloat64);
@@ -146,7 +146,7 @@ TEST(MpiCommunicator, AllreduceSumAndAverage) {
 // tensor, another size) or run beside it on the same communicator.
 TEST(MpiCommunicator, ABlockingAllreduceSumsAveragesAndKeepsItsPlaceInLine) {
   comm::Bootstrap& boot = *testing::g_bootstrap;
-  auto comm = comm::make_communicator("mpi", boot, false, 0);
+  auto comm = comm::make_communicator(config::Backend::kMpi, boot, false, 0);
   const int world = comm->size();
   const double triangle = world * (world + 1) / 2.0;
   at::Tensor sum = torch::full({5}, static_cast<double>(comm->rank() + 1), torch::kFloat64);
@@ -171,7 +171,7 @@ TEST(MpiCommunicator, ABlockingAllreduceSumsAveragesAndKeepsItsPlaceInLine) {
 // the watch times), not waiting for the worker.
 TEST(MpiCommunicator, ABlockingAllreduceRunsOnTheCallingThread) {
   comm::Bootstrap& boot = *testing::g_bootstrap;
-  auto comm = comm::make_communicator("mpi", boot, false, 0);
+  auto comm = comm::make_communicator(config::Backend::kMpi, boot, false, 0);
   if (comm->size() == 1) GTEST_SKIP() << "needs a second rank to be late";
   if (!boot.watching_ranks()) GTEST_SKIP() << "no rank watch (MPI without MPI_THREAD_MULTIPLE)";
   at::Tensor values = torch::ones({4});
@@ -196,7 +196,7 @@ TEST(MpiCommunicator, ABlockingAllreduceRunsOnTheCallingThread) {
 }
 
 TEST(MpiCommunicator, AllgatherAndReduceScatterInRankOrder) {
-  auto comm = comm::make_communicator("mpi", *testing::g_bootstrap, false, 0);
+  auto comm = comm::make_communicator(config::Backend::kMpi, *testing::g_bootstrap, false, 0);
   const int world = comm->size();
   const int rank = comm->rank();
   // Rank r contributes {r, 10 r, 100 r}: the gathered tensor is every contribution in rank order.
@@ -226,7 +226,7 @@ TEST(MpiCommunicator, AllgatherAndReduceScatterInRankOrder) {
 }
 
 TEST(ReplicaCheck, NamesExactlyTheRanksWhoseParametersDiffer) {
-  auto comm = comm::make_communicator("mpi", *testing::g_bootstrap, false, 0);
+  auto comm = comm::make_communicator(config::Backend::kMpi, *testing::g_bootstrap, false, 0);
   std::vector<at::Tensor> parameters{torch::linspace(-1, 1, 50), torch::ones({3, 4})};
   EXPECT_TRUE(ddp::ranks_differing_from_root(*comm, parameters, at::kCPU).empty());
   // The last rank changes one bit of one value; with one rank nothing can differ.
@@ -241,7 +241,7 @@ TEST(ReplicaCheck, NamesExactlyTheRanksWhoseParametersDiffer) {
 // train.nonfinite needs no collective of its own: an inf or NaN in one rank's gradient makes the
 // average non-finite on every rank, whichever dtype the buckets travel in.
 TEST(NonfiniteAgreement, ANonFiniteGradientOnOneRankIsNonFiniteOnEveryRankAfterAveraging) {
-  auto comm = comm::make_communicator("mpi", *testing::g_bootstrap, false, 0);
+  auto comm = comm::make_communicator(config::Backend::kMpi, *testing::g_bootstrap, false, 0);
   const int last = comm->size() - 1;
   for (const c10::ScalarType wire : {c10::ScalarType::Undefined, at::kHalf, at::kBFloat16}) {
     for (const float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
@@ -269,7 +269,7 @@ TEST(NonfiniteAgreement, ANonFiniteGradientOnOneRankIsNonFiniteOnEveryRankAfterA
 // worker thread finishes and the communicators close normally.
 TEST(MpiCommunicator, ACollectiveNotCompletedInTimeIsACommErrorNamingIt) {
   comm::Bootstrap& boot = *testing::g_bootstrap;
-  auto comm = comm::make_communicator("mpi", boot, false, 0, /*timeout_s=*/0.5);
+  auto comm = comm::make_communicator(config::Backend::kMpi, boot, false, 0, /*timeout_s=*/0.5);
   if (comm->size() == 1) GTEST_SKIP() << "needs a second rank to be late";
   at::Tensor values = torch::ones({4});
   if (comm->rank() == 0) {

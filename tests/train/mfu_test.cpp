@@ -19,25 +19,25 @@ TEST(Mfu, KnownGpusAreFoundByTheirCudaNames) {
 }
 
 TEST(Mfu, ThePeakIsTheOptionElseAKnownGpusForThePrecision) {
-  const auto set = resolve_peak_flops(50, "", "fp32", false);
+  const auto set = resolve_peak_flops(50, "", config::Precision::kFp32, false);
   ASSERT_TRUE(set.has_value());
   EXPECT_EQ(set->tflops, 50);
   EXPECT_EQ(set->source, "train.peak_tflops");
-  const auto h100 = resolve_peak_flops(0, "NVIDIA H100 80GB HBM3", "bf16", true);
+  const auto h100 = resolve_peak_flops(0, "NVIDIA H100 80GB HBM3", config::Precision::kBf16, true);
   ASSERT_TRUE(h100.has_value());
   EXPECT_EQ(h100->tflops, 989.4);
   EXPECT_EQ(h100->source, "NVIDIA H100 80GB HBM3, dense bf16");
-  EXPECT_TRUE(resolve_peak_flops(0, "NVIDIA A100-SXM4-80GB", "fp16", false).has_value());
+  EXPECT_TRUE(resolve_peak_flops(0, "NVIDIA A100-SXM4-80GB", config::Precision::kFp16, false).has_value());
   // fp32 on TF32 tensor cores: half the bf16 rate.
-  const auto tf32 = resolve_peak_flops(0, "NVIDIA A100-SXM4-80GB", "fp32", true);
+  const auto tf32 = resolve_peak_flops(0, "NVIDIA A100-SXM4-80GB", config::Precision::kFp32, true);
   ASSERT_TRUE(tf32.has_value());
   EXPECT_EQ(tf32->tflops, 156.0);
   EXPECT_EQ(tf32->source, "NVIDIA A100-SXM4-80GB, dense tf32");
   // Full float32, a CPU, an unknown GPU: no peak unless given.
-  EXPECT_FALSE(resolve_peak_flops(0, "NVIDIA H100 80GB HBM3", "fp32", false).has_value());
-  EXPECT_FALSE(resolve_peak_flops(0, "", "bf16", true).has_value());
-  EXPECT_FALSE(resolve_peak_flops(0, "", "fp32", true).has_value());
-  EXPECT_FALSE(resolve_peak_flops(0, "NVIDIA GeForce RTX 4090", "bf16", true).has_value());
+  EXPECT_FALSE(resolve_peak_flops(0, "NVIDIA H100 80GB HBM3", config::Precision::kFp32, false).has_value());
+  EXPECT_FALSE(resolve_peak_flops(0, "", config::Precision::kBf16, true).has_value());
+  EXPECT_FALSE(resolve_peak_flops(0, "", config::Precision::kFp32, true).has_value());
+  EXPECT_FALSE(resolve_peak_flops(0, "NVIDIA GeForce RTX 4090", config::Precision::kBf16, true).has_value());
 }
 
 TEST(Mfu, UtilizationIsTheJobsRateOverAllDevicesPeaks) {

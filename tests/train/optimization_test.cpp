@@ -29,7 +29,7 @@ std::string config_error(const std::function<void()>& body) {
 TEST(Optimization, StepScheduleDropsByGammaEveryStepEveryAfterTheWarmup) {
   config::OptimConfig o;
   o.lr = 0.1;
-  o.schedule = "step";
+  o.schedule = config::Schedule::kStep;
   o.warmup_steps = 5;
   o.step_every = 10;
   o.step_gamma = 0.5;
@@ -47,13 +47,13 @@ TEST(Optimization, StepScheduleDropsByGammaEveryStepEveryAfterTheWarmup) {
 TEST(Optimization, LinearAndSqrtScalingFollowTheGlobalBatch) {
   config::OptimConfig o;
   o.lr = 0.1;
-  o.lr_scaling = "none";
+  o.lr_scaling = config::LrScaling::kNone;
   EXPECT_DOUBLE_EQ(peak_lr(o, 512), 0.1);
   o.base_batch = 128;
-  o.lr_scaling = "linear";
+  o.lr_scaling = config::LrScaling::kLinear;
   EXPECT_DOUBLE_EQ(peak_lr(o, 512), 0.4);
   EXPECT_DOUBLE_EQ(peak_lr(o, 64), 0.05);
-  o.lr_scaling = "sqrt";
+  o.lr_scaling = config::LrScaling::kSqrt;
   EXPECT_DOUBLE_EQ(peak_lr(o, 512), 0.2);
   o.base_batch = 0;
   EXPECT_NE(config_error([&] { check_schedule_options(o); }).find("needs optim.base_batch"), std::string::npos);
@@ -78,7 +78,7 @@ TEST(Optimization, TheGlobalBatchFixesTheAccumulationForAnyWorldThatDividesIt) {
 
 config::OptimConfig sgd(double momentum, bool nesterov) {
   config::OptimConfig o;
-  o.name = "sgd";
+  o.name = config::OptimizerName::kSgd;
   o.lr = 0.1;
   o.momentum = momentum;
   o.nesterov = nesterov;
@@ -98,14 +98,14 @@ TEST(Optimization, NesterovSgdTakesTheHandComputedSteps) {
   EXPECT_NEAR(p.item<double>(), 0.2224, 1e-6);
   EXPECT_NE(config_error([] { make_optimizer(sgd(0.0, true), {}); }).find("optim.momentum > 0"), std::string::npos);
   config::OptimConfig adamw = sgd(0.9, true);
-  adamw.name = "adamw";
+  adamw.name = config::OptimizerName::kAdamW;
   EXPECT_NE(config_error([&] { check_optimizer_options(adamw); }).find("needs optim.name=sgd"), std::string::npos);
 }
 
 TEST(Optimization, BiasesAndNormWeightsCanBeExemptFromWeightDecay) {
   for (const bool decay_all : {true, false}) {
     config::OptimConfig o;
-    o.name = "adamw";
+    o.name = config::OptimizerName::kAdamW;
     o.lr = 0.1;
     o.weight_decay = 0.5;
     o.beta1 = 0.9;

@@ -35,11 +35,11 @@ TEST(LrSchedule, WarmupThenConstantOrCosine) {
   config::OptimConfig o;
   o.lr = 0.1;
   o.warmup_steps = 4;
-  o.schedule = "constant";
+  o.schedule = config::Schedule::kConstant;
   EXPECT_DOUBLE_EQ(lr_at(o, o.lr, 0, 100), 0.025);
   EXPECT_DOUBLE_EQ(lr_at(o, o.lr, 3, 100), 0.1);
   EXPECT_DOUBLE_EQ(lr_at(o, o.lr, 50, 100), 0.1);
-  o.schedule = "cosine";
+  o.schedule = config::Schedule::kCosine;
   EXPECT_DOUBLE_EQ(lr_at(o, o.lr, 1, 104), 0.05);
   EXPECT_DOUBLE_EQ(lr_at(o, o.lr, 4, 104), 0.1);                      // decay starts at the peak
   EXPECT_NEAR(lr_at(o, o.lr, 54, 104), 0.05, 1e-12);                   // halfway
@@ -68,19 +68,23 @@ class ResumePolicy : public ::testing::Test {
   std::string dir_;
 };
 
+const config::ResumeFrom kAuto{config::ResumeFrom::Kind::kAuto, ""};
+const config::ResumeFrom kNone{config::ResumeFrom::Kind::kNone, ""};
+config::ResumeFrom path(const std::string& file) { return {config::ResumeFrom::Kind::kPath, file}; }
+
 TEST_F(ResumePolicy, AutoTakesLatestFallsBackPastCorruptOnesAndStartsFreshOnlyWithoutAny) {
-  EXPECT_EQ(choose_checkpoint("auto", dir_), "") << "no directory yet: fresh";
+  EXPECT_EQ(choose_checkpoint(kAuto, dir_), "") << "no directory yet: fresh";
   const std::string first = write(10);
   const std::string second = write(20);
-  EXPECT_EQ(choose_checkpoint("auto", dir_), second);
-  EXPECT_EQ(choose_checkpoint("none", dir_), "");
-  EXPECT_EQ(choose_checkpoint(first, dir_), first);
+  EXPECT_EQ(choose_checkpoint(kAuto, dir_), second);
+  EXPECT_EQ(choose_checkpoint(kNone, dir_), "");
+  EXPECT_EQ(choose_checkpoint(path(first), dir_), first);
   corrupt(second);
-  EXPECT_EQ(choose_checkpoint("auto", dir_), first) << "the corrupt newest is skipped";
-  EXPECT_THROW(choose_checkpoint(second, dir_), CheckpointError) << "a named bad file is an error";
+  EXPECT_EQ(choose_checkpoint(kAuto, dir_), first) << "the corrupt newest is skipped";
+  EXPECT_THROW(choose_checkpoint(path(second), dir_), CheckpointError) << "a named bad file is an error";
   fs::resize_file(first, fs::file_size(first) / 3);  // truncated
-  EXPECT_THROW(choose_checkpoint("auto", dir_), CheckpointError) << "checkpoints exist, none verifies";
-  EXPECT_THROW(choose_checkpoint(dir_ + "/ckpt-99.h5", dir_), CheckpointError);
+  EXPECT_THROW(choose_checkpoint(kAuto, dir_), CheckpointError) << "checkpoints exist, none verifies";
+  EXPECT_THROW(choose_checkpoint(path(dir_ + "/ckpt-99.h5"), dir_), CheckpointError);
 }
 
 TEST(ResumeConfig, OnlyOptionsThatChangeTheComputationAreReported) {
@@ -113,7 +117,7 @@ TEST(ResumeConfigChanges, OptionsNewerThanTheCheckpointMayKeepTheirDefault) {
 TEST(TrainState, OptimizerStateRoundTripsForAdamWAndSgd) {
   for (const std::string name : {"adamw", "sgd", "adamw-groups", "sgd-groups"}) {
     config::OptimConfig o;
-    o.name = name.substr(0, name.find('-'));
+    ASSERT_TRUE(config::parse_choice(name.substr(0, name.find('-')), o.name));
     o.decay_bias_and_norm = name.find("groups") == std::string::npos;
     o.lr = 0.01;
     o.weight_decay = 0.01;
@@ -156,7 +160,7 @@ TEST(TrainState, OptimizerStateRoundTripsForAdamWAndSgd) {
     EXPECT_TRUE(torch::equal(w.detach(), w_expected)) << name;
   }
   config::OptimConfig o;
-  o.name = "sgd";
+  o.name = config::OptimizerName::kSgd;
   o.lr = 0.1;
   const at::Tensor p = torch::zeros({2}).set_requires_grad(true);
   auto sgd = make_optimizer(o, {{"p", p}});
@@ -169,11 +173,11 @@ TEST(TrainState, OptimizerStateRoundTripsForAdamWAndSgd) {
 TEST_F(ResumePolicy, ResumeStateComesBackAndDamagedScalarsAreRefused) {
   torch::manual_seed(2);
   config::ModelConfig m;
-  m.name = "mlp";
+  m.name = config::ModelName::kMlp;
   m.mlp_hidden = "8";
   const std::shared_ptr<model::Model> net = model::make_model(m, model::ModelSpec{{1, 4, 4}, 3});
   config::OptimConfig o;
-  o.name = "sgd";
+  o.name = config::OptimizerName::kSgd;
   o.lr = 0.1;
   o.momentum = 0.9;
   NamedParameters named;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/comm/control_plane.h"
+
 namespace hpctrain::comm {
 
 struct Topology {
@@ -20,30 +22,30 @@ struct Topology {
   std::vector<std::string> hosts;  // host name of every world rank
 };
 
-class Bootstrap {
+class Bootstrap final : public ControlPlane {
  public:
   // Initializes MPI (once per process) and discovers the topology. Collective over MPI_COMM_WORLD.
   // Throws CommError when MPI cannot start.
   Bootstrap(int* argc, char*** argv);
-  ~Bootstrap();  // MPI_Finalize (collective)
+  ~Bootstrap() override;  // MPI_Finalize (collective)
   Bootstrap(const Bootstrap&) = delete;
   Bootstrap& operator=(const Bootstrap&) = delete;
 
   const Topology& topology() const { return topology_; }
-  int world_rank() const { return topology_.world_rank; }
-  int world_size() const { return topology_.world_size; }
+  int world_rank() const override { return topology_.world_rank; }
+  int world_size() const override { return topology_.world_size; }
 
   // Collective: every rank calls it, in the same order.
-  void barrier() const;
+  void barrier() const override;
   // Collective: `bytes` on `root` is copied to every rank (resized there).
-  void broadcast_bytes(std::vector<std::uint8_t>& bytes, int root) const;
+  void broadcast_bytes(std::vector<std::uint8_t>& bytes, int root) const override;
   // Collective: every rank's string, indexed by world rank.
-  std::vector<std::string> allgather_string(const std::string& value) const;
+  std::vector<std::string> allgather_string(const std::string& value) const override;
   // Collective: the logical AND of every rank's flag.
   bool all_true(bool flag) const;
   // Collective: element-wise sum over all ranks of `count` floats in host memory, in place, by one
   // blocking MPI_Allreduce: the reference `hpctrain bench comm` measures communicators against.
-  void allreduce_sum(float* values, std::int64_t count) const;
+  void allreduce_sum(float* values, std::int64_t count) const override;
 
   // Collective: starts the rank watch (Note [Rank watch] in src/comm/rank_watch.h): a rank silent
   // for `timeout_s`, or this rank past an activity's limit (activity::set_limit), ends the job

@@ -1,6 +1,7 @@
 // The data plane: collectives over tensors behind one interface, so the gradient engine and the
 // trainer never know whether MPI or NCCL carries the bytes. Every collective is asynchronous and
-// returns a Work handle. Depends on core and ATen's tensor type only (no mpi.h, no nccl.h).
+// returns a Work handle. Depends on core, config.h's choices and ATen's tensor type only (no
+// mpi.h, no nccl.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -9,6 +10,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "hpctrain/config/config.h"
 
 namespace hpctrain::comm {
 
@@ -57,12 +60,12 @@ std::vector<std::string> available_backends();
 
 // Checks that `backend` can carry tensors on CUDA (`cuda`) or CPU in this build, before MPI starts.
 // Throws ConfigError saying what to use instead.
-void validate_backend(const std::string& backend, bool cuda);
+void validate_backend(config::Backend backend, bool cuda);
 
-// Resolves "auto" for tensors on CUDA (`cuda`) or CPU and builds the communicator. Collective.
+// Resolves kAuto for tensors on CUDA (`cuda`) or CPU and builds the communicator. Collective.
 // A collective that has not completed `timeout_s` after wait() began throws CommError there.
 // Throws ConfigError when the backend is unknown or unusable here, saying what to use instead.
-std::unique_ptr<Communicator> make_communicator(const std::string& backend, Bootstrap& bootstrap,
+std::unique_ptr<Communicator> make_communicator(config::Backend backend, Bootstrap& bootstrap,
                                                 bool cuda, int device_index, double timeout_s = 300);
 
 // NCCL's version as "2.28.9" when built with NCCL, else "".

@@ -1,12 +1,84 @@
 // The resolved configuration as plain typed structs, one per INI section. Filled only through the
 // option table (option_table.h), which owns every name, default, help text and check.
+// Options that are choices are enums; their names, in the order --help lists them, are in
+// Choices<E> (the option table parses and prints them; name_of() gives one for a message).
 // Depends on std only, so every module may take a section by const reference.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
 namespace hpctrain::config {
+
+enum class DataIo { kMmap, kPosix, kMpio };
+enum class ModelName { kFashionCnn, kMlp, kResnet, kGpt, kTorchscript };
+enum class OptimizerName { kAdamW, kSgd };
+enum class LrScaling { kNone, kLinear, kSqrt };
+enum class Schedule { kConstant, kStep, kCosine };
+enum class Precision { kFp32, kBf16, kFp16 };
+enum class LossScale { kAuto, kDynamic, kNone };
+enum class Nonfinite { kSkip, kAbort };
+enum class GradCompression { kNone, kFp16, kBf16 };
+enum class Backend { kAuto, kMpi, kNccl };
+enum class DeviceKind { kAuto, kCpu, kCuda };
+enum class LogLevel { kTrace, kDebug, kInfo, kWarn, kError };
+
+// Each enum's names, indexed by its values.
+template <typename E>
+struct Choices;
+#define HT_CHOICES(E, ...)                                                  \
+  template <>                                                               \
+  struct Choices<E> {                                                       \
+    static constexpr std::array names{__VA_ARGS__};                         \
+  }
+HT_CHOICES(DataIo, "mmap", "posix", "mpio");
+HT_CHOICES(ModelName, "fashion_cnn", "mlp", "resnet", "gpt", "torchscript");
+HT_CHOICES(OptimizerName, "adamw", "sgd");
+HT_CHOICES(LrScaling, "none", "linear", "sqrt");
+HT_CHOICES(Schedule, "constant", "step", "cosine");
+HT_CHOICES(Precision, "fp32", "bf16", "fp16");
+HT_CHOICES(LossScale, "auto", "dynamic", "none");
+HT_CHOICES(Nonfinite, "skip", "abort");
+HT_CHOICES(GradCompression, "none", "fp16", "bf16");
+HT_CHOICES(Backend, "auto", "mpi", "nccl");
+HT_CHOICES(DeviceKind, "auto", "cpu", "cuda");
+HT_CHOICES(LogLevel, "trace", "debug", "info", "warn", "error");
+#undef HT_CHOICES
+
+// "bf16" for Precision::kBf16.
+template <typename E>
+const char* name_of(E value) {
+  return Choices<E>::names[static_cast<std::size_t>(value)];
+}
+
+// The value named `text`; false when no value has that name.
+template <typename E>
+bool parse_choice(const std::string& text, E& value) {
+  for (std::size_t i = 0; i < Choices<E>::names.size(); ++i) {
+    if (text == Choices<E>::names[i]) {
+      value = static_cast<E>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+// "fp32|bf16|fp16".
+template <typename E>
+std::string choice_list() {
+  std::string out;
+  for (const char* name : Choices<E>::names) out += (out.empty() ? "" : "|") + std::string(name);
+  return out;
+}
+
+// ckpt.resume: the newest checkpoint of run.dir (auto), none, or a file.
+struct ResumeFrom {
+  enum class Kind { kAuto, kNone, kPath };
+  Kind kind = Kind::kAuto;
+  std::string path;  // of kPath
+};
 
 struct RunConfig {
   std::string dir;  // run directory: config.ini, logs/, metrics.jsonl, checkpoints/
@@ -18,7 +90,7 @@ struct DataConfig {
   std::string eval_split;
   std::int64_t prefetch = 0;  // batches read ahead; 0: read in the training thread
   std::int64_t loader_threads = 1;  // threads reading ahead (with prefetch >= 1)
-  std::string io;             // mmap | posix | mpio: how a sample split is read
+  DataIo io = DataIo::kMmap;  // how a sample split is read
   std::int64_t cache_mb = 0;  // memory per split and rank for blocks read from its shards
   std::int64_t shuffle_window_mb = 0;  // 0: global shuffle; N: shuffle by chunks, N MiB at a time
   std::int64_t random_crop = 0;  // zero padding of the random crop; 0: off
@@ -26,7 +98,7 @@ struct DataConfig {
 };
 
 struct ModelConfig {
-  std::string name;
+  ModelName name = ModelName::kFashionCnn;
   std::string mlp_hidden;  // comma-separated hidden widths of the mlp model
   double dropout = 0.0;
   std::int64_t resnet_depth = 20;  // 6n+2
@@ -39,7 +111,7 @@ struct ModelConfig {
 };
 
 struct OptimConfig {
-  std::string name;
+  OptimizerName name = OptimizerName::kAdamW;
   double lr = 0.0;
   double weight_decay = 0.0;
   double momentum = 0.0;
@@ -49,9 +121,9 @@ struct OptimConfig {
   bool nesterov = false;           // sgd
   bool decay_bias_and_norm = true;  // weight decay on one-dimensional parameters too
   double clip_grad_norm = 0.0;     // 0: no clipping
-  std::string lr_scaling;          // none | linear | sqrt, relative to base_batch
+  LrScaling lr_scaling = LrScaling::kNone;  // relative to base_batch
   std::int64_t base_batch = 0;     // the global batch optim.lr was tuned for
-  std::string schedule;          // constant | step | cosine
+  Schedule schedule = Schedule::kConstant;
   std::int64_t step_every = 0;     // step schedule: steps between drops
   double step_gamma = 0.1;         // step schedule: factor per drop
   std::int64_t warmup_steps = 0;  // linear warmup from lr/warmup_steps to lr
@@ -69,10 +141,10 @@ struct TrainConfig {
   std::int64_t accum_steps = 1;  // micro-batches per optimizer step
   std::int64_t global_batch = 0;  // when set, accum_steps follows from it and the world size
   double label_smoothing = 0.0;
-  std::string precision;  // fp32 | bf16 | fp16 (autocast in the forward pass)
-  std::string loss_scale;  // auto | dynamic | none (auto: dynamic with fp16)
+  Precision precision = Precision::kFp32;  // autocast in the forward pass
+  LossScale loss_scale = LossScale::kAuto;  // auto: dynamic with fp16
   double loss_scale_init = 65536.0;
-  std::string nonfinite;  // skip | abort: a step whose gradients hold inf or NaN
+  Nonfinite nonfinite = Nonfinite::kSkip;  // a step whose gradients hold inf or NaN
   std::int64_t max_skipped = 20;  // skipped steps in a row before the run stops
   double peak_tflops = 0.0;  // one device's peak, for MFU; 0: a known GPU's, or none
   bool tf32 = true;              // CUDA float32 products and convolutions on TF32 tensor cores
@@ -82,14 +154,14 @@ struct TrainConfig {
 };
 
 struct DistConfig {
-  std::string backend;
+  Backend backend = Backend::kAuto;
   double bucket_mb = 0.0;  // gradient bucket size
   bool overlap = true;     // reduce buckets during backward
-  std::string grad_compression;  // none | fp16 | bf16: the dtype buckets travel in
+  GradCompression grad_compression = GradCompression::kNone;  // the dtype buckets travel in
   bool sync_bn = false;          // BatchNorm statistics over all ranks
   double timeout_s = 0.0;  // a collective taking longer ends the job
   std::int64_t check_replicas_every = 0;  // steps between parameter fingerprint checks; 0: never
-  std::string device;             // auto | cpu | cuda
+  DeviceKind device = DeviceKind::kAuto;
   bool allow_shared_gpu = false;  // more ranks on a node than visible GPUs: share them round-robin
 };
 
@@ -101,7 +173,7 @@ struct CkptConfig {
   bool keep_best = false;        // checkpoint each new best evaluation and never prune it
   bool async = false;            // write on a background thread from a host copy
   double write_timeout_s = 0.0;  // a write taking longer ends the job; 0: dist.timeout_s
-  std::string resume;            // auto | none | PATH
+  ResumeFrom resume;
   bool allow_config_change = false;
   std::string signals;  // comma-separated signal names that stop the run with a checkpoint
   std::int64_t check_every_steps = 1;  // steps between the ranks' agreements on signals and time
@@ -109,7 +181,7 @@ struct CkptConfig {
 
 struct LogConfig {
   std::int64_t every_steps = 0;
-  std::string level;
+  LogLevel level = LogLevel::kInfo;
   bool all_ranks = false;
 };
 

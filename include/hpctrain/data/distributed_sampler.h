@@ -10,11 +10,13 @@
 // The last, partial step of an epoch is either dropped (drop_last) or padded: every rank gets
 // ceil(remaining / W) slots, the ones past the end carry weight 0 and are masked out of the loss and
 // the metrics. Every rank thus runs the same number of steps and issues the same collectives.
-// Pure: takes ints, never a Communicator. Depends on std and core.
+// Pure: takes ints, never a Communicator. Depends on std, core and data/sampler.h.
 #pragma once
 
 #include <cstdint>
 #include <vector>
+
+#include "hpctrain/data/sampler.h"
 
 namespace hpctrain::data {
 
@@ -30,15 +32,7 @@ struct SamplerOptions {
   std::int64_t window_blocks = 1;          // blocks whose samples are shuffled together
 };
 
-// This rank's share of one step.
-struct SamplerStep {
-  std::vector<std::int64_t> indices;  // dataset indices, in batch order
-  std::vector<float> weights;         // 1 for a real sample, 0 for padding
-  std::int64_t global_real = 0;       // real samples in the whole step, over all ranks
-  std::int64_t next_cursor = 0;       // the cursor after this step
-};
-
-class DistributedSampler {
+class DistributedSampler final : public Sampler {
  public:
   // Throws DataError for an empty dataset, ConfigError when an epoch would have no step.
   explicit DistributedSampler(const SamplerOptions& options);
@@ -47,7 +41,9 @@ class DistributedSampler {
   // The epoch's global order, identical on every rank.
   std::vector<std::int64_t> global_order(std::int64_t epoch) const;
   // Steps left in an epoch when it is at `cursor` (0 at the start of an epoch).
-  std::int64_t steps_from(std::int64_t cursor) const;
+  std::int64_t steps_from(std::int64_t cursor) const override;
+  // Every step of this rank from `cursor` to the end of `epoch`, in its global_order.
+  std::vector<SamplerStep> steps(std::int64_t epoch, std::int64_t cursor) const override;
   // The step that starts at `cursor` of `order` (from global_order). Requires steps_from(cursor) > 0.
   SamplerStep step(const std::vector<std::int64_t>& order, std::int64_t cursor) const;
   // Every step of this rank from `cursor` to the end of the epoch.

@@ -11,6 +11,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -29,8 +30,11 @@ struct LoaderOptions {
 
 class Loader {
  public:
+  using ReadStep = std::function<Batch(size_t step)>;
   using ReadBatch = std::function<Batch(const std::vector<std::int64_t>& indices)>;
 
+  // `read(i)` reads step i's batch, for i in [0, steps).
+  Loader(ReadStep read, size_t steps, LoaderOptions options);
   // `steps[i]`: the indices `read` turns into step i's batch.
   Loader(ReadBatch read, std::vector<std::vector<std::int64_t>> steps, LoaderOptions options);
   // Reads `split` with Split::gather.
@@ -45,13 +49,15 @@ class Loader {
   Batch next();
 
  private:
+  using Steps = std::vector<std::vector<std::int64_t>>;
+  Loader(std::shared_ptr<const Steps> steps, ReadBatch read, LoaderOptions options);
   void produce(size_t first_step);
   void stop_workers();
   void size_runs(const Batch& first);  // caller holds mutex_
   bool worth_waking_consumer() const;  // caller holds mutex_
 
-  ReadBatch read_;
-  std::vector<std::vector<std::int64_t>> steps_;
+  ReadStep read_;
+  size_t steps_;
   size_t depth_;  // batches ready or being read, at most; raised for small batches
   size_t threads_;
   std::int64_t handoff_bytes_;

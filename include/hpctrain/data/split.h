@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/config/config.h"
 #include "hpctrain/data/distributed_sampler.h"
 #include "hpctrain/data/manifest.h"
 
@@ -26,6 +27,11 @@ class BatchPool;
 struct Batch {
   at::Tensor input;   // [B, ...sample shape] as stored (uint8 pixels stay uint8); see normalize()
   at::Tensor target;  // int64 [B] class labels; int64 [B, T] next tokens for a token stream
+  // A training micro-batch's (Source::read): float32 [B], 1 for a real sample, 0 for padding;
+  // its real samples on this rank and over all ranks.
+  at::Tensor weight;
+  std::int64_t real = 0;
+  std::int64_t global_real = 0;
 };
 
 // How a Split reads its shards' input field (data.io; Note [Mapped shards] in split.cpp).
@@ -34,8 +40,8 @@ enum class ShardAccess {
   kMap,   // the shard files mapped: blocks are the page cache's bytes, one copy per node
 };
 
-// data.io's value as a Split reads: "mmap" maps, "posix" and "mpio" read.
-ShardAccess shard_access(const std::string& data_io);
+// data.io's value as a Split reads: mmap maps, posix and mpio read.
+ShardAccess shard_access(config::DataIo data_io);
 
 class Split {
  public:

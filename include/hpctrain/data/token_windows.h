@@ -25,7 +25,7 @@ struct TokenWindowOptions {
   std::uint64_t seed = 0;
 };
 
-class TokenWindowSampler {
+class TokenWindowSampler final : public Sampler {
  public:
   // Throws DataError when the stream is shorter than one window.
   explicit TokenWindowSampler(const TokenWindowOptions& options);
@@ -33,12 +33,12 @@ class TokenWindowSampler {
   const TokenWindowOptions& options() const { return options_; }
   std::int64_t windows_per_epoch() const;
   // Steps left in the epoch at `cursor` (0 at its start).
-  std::int64_t steps_from(std::int64_t cursor) const;
+  std::int64_t steps_from(std::int64_t cursor) const override;
   // The first token of window `position` of `epoch`: in [0, stream_tokens - block_size - 1].
   std::int64_t offset(std::int64_t epoch, std::int64_t position) const;
   // This rank's windows of the step at `cursor` (indices: their offsets; weights: all 1).
   SamplerStep step(std::int64_t epoch, std::int64_t cursor) const;
-  std::vector<SamplerStep> steps(std::int64_t epoch, std::int64_t cursor) const;
+  std::vector<SamplerStep> steps(std::int64_t epoch, std::int64_t cursor) const override;
   // Every window offset this rank trains on from `cursor` to the end of the epoch, in order.
   std::vector<std::int64_t> rank_offsets(std::int64_t epoch, std::int64_t cursor) const;
 

@@ -1,5 +1,5 @@
-// A trainable model behind one small interface, and the registry that builds one by name
-// (`model.name`). Headers stay light: torch::nn::Module is only forward-declared here.
+// A trainable model behind one small interface, and the factory that builds the one `model.name`
+// names. Headers stay light: torch::nn::Module is only forward-declared here.
 // Depends on core, config and ATen's tensor type.
 #pragma once
 
@@ -47,11 +47,8 @@ class Model {
   virtual std::vector<TiedParameter> tied_parameters() const { return {}; }
 };
 
-// Builds `config.name` for `spec`. Throws ConfigError for an unknown name or options the model
-// cannot use with this data (e.g. fashion_cnn on inputs that are not 1x28x28).
+// Builds `config.name` for `spec`. Throws ConfigError for options the model cannot use with this
+// data (e.g. fashion_cnn on inputs that are not 1x28x28).
 std::shared_ptr<Model> make_model(const config::ModelConfig& config, const ModelSpec& spec);
-
-// Registered model names, in registration order.
-std::vector<std::string> model_names();
 
 }  // namespace hpctrain::model

@@ -11,11 +11,13 @@
 #include <optional>
 #include <string>
 
+#include "hpctrain/config/config.h"
+
 namespace hpctrain::train {
 
 // What autocast computes in for train.precision: bfloat16 (bf16), float16 (fp16), or nothing
 // (fp32: autocast stays off).
-std::optional<at::ScalarType> autocast_dtype(const std::string& precision);
+std::optional<at::ScalarType> autocast_dtype(config::Precision precision);
 
 class AutocastScope {
  public:

@@ -8,12 +8,13 @@
 #include <string>
 
 #include "hpctrain/comm/bootstrap.h"
+#include "hpctrain/config/config.h"
 
 namespace hpctrain::train {
 
 // dist.device (auto|cpu|cuda) given the GPUs this process sees: true for CUDA. Before MPI starts.
 // Throws ConfigError when cuda is asked for and no GPU is visible.
-bool resolve_use_cuda(const std::string& device_option, int visible_gpus);
+bool resolve_use_cuda(config::DeviceKind device_option, int visible_gpus);
 
 // The GPU of the rank with node-local rank `local_rank` among `local_size` ranks on its node: GPU
 // `local_rank`, or round-robin when `allow_shared`; GPU 0 when the rank sees exactly one (a GPU

@@ -1,20 +1,23 @@
-// Distributed evaluation: each rank scores a disjoint contiguous part of the split (no padding, so
-// every sample counts once) and one allreduce of (loss sum, correct, count) gives the global result.
-// A token stream is scored as windows laid end to end, each of their tokens predicted once (the
-// stream's first token and a tail shorter than a window are not).
-// Depends on comm, data, model.
+// Distributed evaluation: each rank scores a disjoint contiguous part of a Source's items (no
+// padding, so every item counts once) and one allreduce of (loss sum, correct, count) gives the
+// global result. A token stream's items are windows laid end to end, each of their tokens predicted
+// once (the stream's first token and a tail shorter than a window are not).
+// Evaluation (below) is what a training run does with it: a record per evaluation and the best one.
+// Depends on comm, data (Source), model and the metrics writer.
 #pragma once
 
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "hpctrain/config/config.h"
+#include "hpctrain/data/source.h"
+#include "hpctrain/train/metrics_writer.h"
 
 namespace hpctrain::comm {
 class Communicator;
-}
-namespace hpctrain::data {
-class Split;
-class TokenStream;
 }
 namespace hpctrain::model {
 class Model;
@@ -31,11 +34,40 @@ struct EvalResult {
   double perplexity() const;  // exp(loss), for a language model
 };
 
-// Collective. The model lives on `device`; batches are copied there. Leaves it in eval mode.
-EvalResult evaluate(model::Model& model, const data::Split& split, comm::Communicator& comm,
+// Collective. The model lives on `device`; batches are finished there. Leaves it in eval mode.
+EvalResult evaluate(model::Model& model, const data::Source& source, comm::Communicator& comm,
                     std::int64_t batch_size, c10::Device device);
-// The stream's (size - 1) / block_size windows end to end, `batch_size` windows at a time.
-EvalResult evaluate(model::Model& model, const data::TokenStream& stream, comm::Communicator& comm,
-                    std::int64_t batch_size, c10::Device device);
+
+// The best evaluation of a run so far: a classifier's accuracy, a language model's loss.
+struct BestEvaluation {
+  std::optional<double> test_acc;
+  std::optional<double> test_loss;
+};
+
+// The evaluations of a training run on data.eval_split: logged, recorded in metrics.jsonl, and
+// compared with the best so far (ckpt.keep_best).
+class Evaluation {
+ public:
+  // `source` null: no eval split, nothing to do.
+  Evaluation(std::shared_ptr<const data::Source> source, const config::Config& config, comm::Communicator& comm,
+             c10::Device device, MetricsWriter& metrics);
+
+  bool enabled() const { return source_ != nullptr; }
+  // Collective: evaluates `model` after step `step` of epoch `epoch` (from 0).
+  EvalResult run(model::Model& model, std::int64_t epoch, std::int64_t step);
+  // The last run beat the best before it.
+  bool improved() const { return improved_; }
+  const BestEvaluation& best() const { return best_; }
+  void restore(const BestEvaluation& best) { best_ = best; }
+
+ private:
+  std::shared_ptr<const data::Source> source_;
+  config::Config config_;
+  comm::Communicator& comm_;
+  c10::Device device_;
+  MetricsWriter& metrics_;
+  BestEvaluation best_;
+  bool improved_ = false;
+};
 
 }  // namespace hpctrain::train

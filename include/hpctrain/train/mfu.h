@@ -5,6 +5,8 @@
 #include <optional>
 #include <string>
 
+#include "hpctrain/config/config.h"
+
 namespace hpctrain::train {
 
 // One device's peak, and where the figure comes from ("train.peak_tflops", or the GPU and precision).
@@ -22,7 +24,7 @@ std::optional<double> known_gpu_peak_tflops(const std::string& gpu_name);
 // else none (full float32 runs on other units, a CPU's peak depends on its cores). `gpu_name` is
 // "" on a CPU.
 std::optional<PeakFlops> resolve_peak_flops(double option, const std::string& gpu_name,
-                                            const std::string& precision, bool tf32);
+                                            config::Precision precision, bool tf32);
 
 // Model TFLOP/s of the whole job from its samples per second and the training FLOPs of a sample.
 inline double model_tflops(double samples_per_s, double training_flops_per_sample) {

@@ -21,7 +21,7 @@ namespace hpctrain::train {
 
 using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
 
-// Throws ConfigError for an unknown optimizer or options it cannot use (Nesterov without momentum).
+// Throws ConfigError for options the optimizer cannot use (Nesterov without momentum, or with AdamW).
 void check_optimizer_options(const config::OptimConfig& config);
 
 // Checks the options as above, then builds the optimizer.

@@ -4,15 +4,17 @@
 
 #include <string>
 
+#include "hpctrain/config/config.h"
+
 namespace hpctrain::train {
 
 // ckpt.resume resolved on rank 0 (the others receive the answer; a shared file system is never
-// consulted by each rank on its own). "none": "". A path: that file, which must verify. "auto":
+// consulted by each rank on its own). none: "". A path: that file, which must verify. auto:
 // the checkpoint `latest` names, else the newest; one that does not verify is reported and the one
 // before it tried; "" when `dir` holds none. Throws CheckpointError when checkpoints exist but none
 // verifies (starting fresh then would silently lose the run). Removes the temporary files of
 // writes that never finished.
-std::string choose_checkpoint(const std::string& how, const std::string& dir);
+std::string choose_checkpoint(const config::ResumeFrom& how, const std::string& dir);
 
 // The options that differ between a checkpoint's config and this run's, as
 // "section.key old -> new; ...", leaving out those that may change on a resume (run length,

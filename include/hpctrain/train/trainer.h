@@ -1,42 +1,48 @@
-// The training loop of one rank (docs/architecture.md, "One training step"):
-//   batch -> forward -> loss -> backward -> GradSync -> optimizer step -> metrics
-// with BatchNorm buffers kept equal to rank 0's, evaluation at the end of every epoch and a final
-// checkpoint. Depends on every module below it.
+// The training loop of one rank (docs/architecture.md, "One training step, as data"): per
+// optimizer step, read (the epoch's micro-batches, finished on the device), step (Step: forward,
+// backward, gradient reduction, update), policy (RunPolicy: a record, an evaluation, a checkpoint,
+// a stop). Resumes from a checkpoint first; evaluates at every epoch's end; writes a final
+// checkpoint. The control plane and the communicator are the caller's. Depends on every module
+// below it.
 #pragma once
 
+#include <c10/core/Device.h>
+
+#include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
+#include "hpctrain/comm/control_plane.h"
 #include "hpctrain/config/config.h"
-#include "hpctrain/data/split.h"
-#include "hpctrain/data/token_stream.h"
+#include "hpctrain/data/epoch_reader.h"
+#include "hpctrain/data/source.h"
+#include "hpctrain/train/checkpointer.h"
 #include "hpctrain/train/evaluator.h"
+#include "hpctrain/train/metrics_writer.h"
+#include "hpctrain/train/progress_report.h"
 #include "hpctrain/train/run_directory.h"
+#include "hpctrain/train/run_policy.h"
+#include "hpctrain/train/step.h"
 
 namespace hpctrain::comm {
-class Bootstrap;
-}
-namespace hpctrain::model {
-class Model;
+class Communicator;
 }
 
 namespace hpctrain::train {
 
 // Everything a run needs that can be checked before MPI starts, so a bad config or dataset stops
-// every rank the same way before anything is written.
-// A dataset of samples (image or array plus label) fills the splits; a token stream (`hpctrain
-// prepare text`), trained by the gpt model, fills the token streams instead.
+// every rank the same way before anything is written: the data to train on and to evaluate on (a
+// sample split, or a token stream for a language model) and the model that fits it.
 struct TrainingSetup {
   config::Config config;
-  std::optional<data::Split> train_split;  // absent for evaluation only
-  std::optional<data::Split> eval_split;
-  std::optional<data::TokenStream> train_tokens;
-  std::optional<data::TokenStream> eval_tokens;
+  std::shared_ptr<const data::Source> train;  // null for evaluation only
+  std::shared_ptr<const data::Source> eval;   // null without data.eval_split
   std::shared_ptr<model::Model> model;
   int threads = 1;        // intra-op threads of this rank
   bool use_cuda = false;  // dist.device resolved; the GPU index follows once MPI knows the node
 
-  bool language_model() const { return train_tokens.has_value() || eval_tokens.has_value(); }
+  bool language_model() const { return (train ? train : eval)->language_model(); }
 };
 
 // Sets the thread count and seed, reads the data and builds the model. Throws ConfigError/DataError.
@@ -46,9 +52,6 @@ TrainingSetup prepare_training(const config::Config& config, bool need_train_spl
 // created: train.global_batch divides among the ranks, and train.drop_last leaves a step to run.
 // Throws ConfigError, alike on every rank.
 void check_world_fits(const TrainingSetup& setup, int world_size);
-
-// The model's parameters and buffers by name: what a checkpoint stores.
-std::vector<std::pair<std::string, at::Tensor>> model_state(model::Model& model);
 
 // Intra-op threads: train.threads, or the cores this process is bound to when 0.
 int configure_threads(const config::TrainConfig& train);
@@ -65,7 +68,10 @@ struct TrainSummary {
 
 class Trainer {
  public:
-  Trainer(TrainingSetup setup, comm::Bootstrap& bootstrap, RunDirectory run_dir);
+  // Collective: builds the Step (rank 0's parameters everywhere) on `device`; `control` and
+  // `comm` must outlive the Trainer.
+  Trainer(TrainingSetup setup, comm::ControlPlane& control, comm::Communicator& comm, c10::Device device,
+          RunDirectory run_dir);
   ~Trainer();
 
   // Collective: resumes from a checkpoint (ckpt.resume), trains for train.epochs (or up to
@@ -73,8 +79,38 @@ class Trainer {
   TrainSummary run();
 
  private:
-  struct State;
-  std::unique_ptr<State> state_;
+  void plan_run();
+  bool train_epoch(std::int64_t epoch, std::int64_t cursor);
+  bool after_step(const StepResult& result, const data::StepInput& input, const data::EpochReader& reader,
+                  std::int64_t epoch, bool last);
+  void record(const StepResult& result, const data::EpochReader& reader, std::int64_t epoch);
+  std::optional<EvalResult> evaluate(std::int64_t epoch);
+  std::string save_checkpoint(bool best = false);
+  void warn_of_skipped_step(const StepResult& result);
+  void stop_on_nonfinite(const StepResult& result);
+  TrainSummary finish(std::optional<EvalResult> last_eval);
+  RunPosition position() const { return {step_.count(), epoch_, cursor_}; }
+
+  TrainingSetup setup_;
+  comm::ControlPlane& control_;
+  c10::Device device_;
+  RunDirectory run_dir_;
+  MetricsWriter metrics_;
+  Step step_;
+  RunPolicy policy_;
+  ProgressReport progress_;
+  Evaluation evaluation_;
+  std::unique_ptr<data::Sampler> sampler_;
+  std::int64_t accumulation_ = 1;      // micro-batches per optimizer step
+  std::int64_t steps_per_epoch_ = 0;   // optimizer steps of a whole epoch at this world size
+  double peak_lr_ = 0.0;               // optim.lr scaled for the global batch (optim.lr_scaling)
+  std::int64_t total_steps_ = 0;       // of the whole run, for the schedule
+  // Where the next step starts (the position after the last step): what a checkpoint records.
+  std::int64_t epoch_ = 0;
+  std::int64_t cursor_ = 0;
+  bool stopped_ = false;               // the ranks agreed to stop on a signal
+  std::string failure_;                // why non-finite steps stopped the run, or ""
+  Checkpointer checkpointer_;          // last: destroyed (its background write waited for) first
 };
 
 }  // namespace hpctrain::train

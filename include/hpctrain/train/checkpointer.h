@@ -1,0 +1,84 @@
+// A training run's checkpoints: every rank's generators gathered, rank 0 writes (in the background
+// with ckpt.async), checkpoints/best and pruning; and resuming a run from one (ckpt.resume). What
+// a checkpoint holds: docs/checkpoint-format.md. Depends on ckpt, comm's ControlPlane, config and
+// the train module's Step, Evaluation and resume parts.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hpctrain/ckpt/checkpoint.h"
+#include "hpctrain/comm/control_plane.h"
+#include "hpctrain/config/config.h"
+#include "hpctrain/core/background_job.h"
+#include "hpctrain/model/model.h"
+#include "hpctrain/train/evaluator.h"
+#include "hpctrain/train/run_directory.h"
+#include "hpctrain/train/step.h"
+
+namespace hpctrain::train {
+
+// The model's parameters and buffers by name: what a checkpoint stores.
+ckpt::NamedTensors model_state(model::Model& model);
+
+// Where a run is: optimizer steps taken, and the epoch and sampler cursor its next step starts at.
+struct RunPosition {
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  std::int64_t cursor = 0;
+  bool operator==(const RunPosition& other) const {
+    return step == other.step && epoch == other.epoch && cursor == other.cursor;
+  }
+};
+
+// What a resume found.
+struct Resumed {
+  RunPosition position;
+  BestEvaluation best;
+};
+
+class Checkpointer {
+ public:
+  Checkpointer(const config::Config& config, comm::ControlPlane& control, RunDirectory run_dir, c10::Device device);
+
+  // Collective: a checkpoint of `step` at `at`, with the best evaluation so far; `best`: also
+  // named by checkpoints/best (ckpt.keep_best), which pruning spares. With ckpt.async rank 0
+  // returns once a host copy is handed to the background writer. Returns the path.
+  std::string save(Step& step, const RunPosition& at, const BestEvaluation& best_so_far, bool best = false);
+  // The last checkpoint written holds `at`; its path.
+  bool holds(const RunPosition& at) const { return written_ && *written_ == at; }
+  const std::string& last() const { return last_; }
+  // A background write that failed ends the run now (its error rethrown).
+  void rethrow_if_failed() { writer_.rethrow_if_failed(); }
+  // Collective, at the end of a run: with ckpt.async, waits until rank 0's last write is on disk.
+  void finish();
+
+  // Collective: continues from the checkpoint ckpt.resume picks into `step` (nullopt: none, start
+  // fresh). A config that differs in what is computed is a ConfigError. `accumulation` and
+  // `peak_lr`: this run's, for the message when the world size changed.
+  std::optional<Resumed> resume(Step& step, std::int64_t accumulation, double peak_lr);
+
+ private:
+  ckpt::NamedTensors gather_generators();
+  ckpt::Checkpoint assemble(Step& step, const RunPosition& at, const BestEvaluation& best_so_far,
+                            ckpt::NamedTensors generators) const;
+  void wait_for_background_write();
+  std::string choose() const;
+  void check_config_unchanged(const ckpt::CheckpointReader& reader) const;
+  void explain_world_change(const ckpt::CheckpointMeta& meta, const RunPosition& at, std::int64_t accumulation,
+                            double peak_lr) const;
+
+  config::Config config_;
+  comm::ControlPlane& control_;
+  RunDirectory run_dir_;
+  c10::Device device_;
+  std::string last_;                       // the last checkpoint's path
+  std::optional<RunPosition> written_;     // and the position it holds
+  BackgroundJob writer_;  // ckpt.async, on rank 0; last, so destroyed (waited for) first
+};
+
+}  // namespace hpctrain::train

@@ -1,0 +1,158 @@
+// Checkpointer: writing checkpoints (every rank's generators gathered, rank 0 writes, in the
+// background with ckpt.async) and resuming from one.
+#include "hpctrain/train/checkpointer.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+
+#include "hpctrain/config/parser.h"
+#include "hpctrain/core/activity.h"
+#include "hpctrain/core/log.h"
+#include "hpctrain/core/timer.h"
+#include "hpctrain/core/version.h"
+#include "hpctrain/train/train_state.h"
+
+namespace hpctrain::train {
+namespace {
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return text;
+}
+
+// Writes the checkpoint, names it `best` if asked, prunes to `keep_last`, and logs what it cost.
+// `blocked_s`: how long training waited for a background write (ckpt.async); < 0 when training
+// waited for the whole write.
+std::string commit_checkpoint(const std::string& dir, const ckpt::Checkpoint& checkpoint, bool best,
+                              std::int64_t keep_last, double blocked_s) {
+  activity::fault_point("checkpoint-write");
+  const Timer timer;
+  const std::string path = ckpt::write_checkpoint(dir, checkpoint);
+  const double seconds = timer.elapsed_s();
+  if (best) ckpt::mark_best(dir, path);
+  ckpt::prune_checkpoints(dir, keep_last);
+  const double megabytes = static_cast<double>(std::filesystem::file_size(path)) / 1e6;
+  const double rate = megabytes / std::max(seconds, 1e-9);
+  if (blocked_s < 0) {
+    log::info("checkpoint {} written in {:.2f} s ({:.1f} MB, {:.0f} MB/s; training waited for it)", path,
+              seconds, megabytes, rate);
+  } else {
+    log::info("checkpoint {} written in the background in {:.2f} s ({:.1f} MB, {:.0f} MB/s); training "
+              "waited {:.3f} s", path, seconds, megabytes, rate, blocked_s);
+  }
+  return path;
+}
+
+}  // namespace
+
+ckpt::NamedTensors model_state(model::Model& model) {
+  ckpt::NamedTensors out;
+  for (auto& p : model.module().named_parameters()) out.emplace_back(p.key(), p.value());
+  for (auto& b : model.module().named_buffers()) out.emplace_back(b.key(), b.value());
+  for (const auto& tied : model.tied_parameters()) out.emplace_back(tied.name, tied.tensor);
+  return out;
+}
+
+Checkpointer::Checkpointer(const config::Config& config, comm::ControlPlane& control, RunDirectory run_dir,
+                           c10::Device device)
+    : config_(config), control_(control), run_dir_(std::move(run_dir)), device_(device) {}
+
+std::string Checkpointer::save(Step& step, const RunPosition& at, const BestEvaluation& best_so_far, bool best) {
+  // Waiting for the other ranks has no limit of its own (a rank that dies or freezes is found by
+  // the rank watch); rank 0's write has one, ckpt.write_timeout_s (Note [Rank watch]).
+  const activity::Scope waiting(activity::Kind::kCheckpointWait);
+  const Timer blocked;
+  // With ckpt.async, rank 0 first waits for its previous write while the others wait for it in
+  // the gathering, on the control plane, where nothing but rank 0's own limit times them out.
+  if (config_.ckpt.async) wait_for_background_write();
+  ckpt::NamedTensors generators = gather_generators();
+  step.sync_buffers();
+  std::string path;
+  if (control_.world_rank() == 0) {
+    const activity::Scope writing(activity::Kind::kCheckpoint);
+    const ckpt::Checkpoint checkpoint = assemble(step, at, best_so_far, std::move(generators));
+    const std::string dir = run_dir_.checkpoints_dir();
+    const std::int64_t keep_last = config_.ckpt.keep_last;
+    if (config_.ckpt.async) {
+      // Shared: std::function needs a copyable job.
+      auto copy = std::make_shared<const ckpt::Checkpoint>(ckpt::host_copy(checkpoint));
+      path = ckpt::checkpoint_path(dir, at.step);
+      writer_.start([copy, dir, keep_last, best, waited = blocked.elapsed_s()] {
+        commit_checkpoint(dir, *copy, best, keep_last, waited);
+      });
+    } else {
+      path = commit_checkpoint(dir, checkpoint, best, keep_last, /*blocked_s=*/-1);
+    }
+  }
+  // No rank leaves before the checkpoint is on disk (with ckpt.async: before the run ends). The
+  // control plane's barrier has no timeout: a large write may take longer than dist.timeout_s,
+  // and a rank that dies ends the job anyway.
+  if (!config_.ckpt.async) control_.barrier();
+  last_ = path;
+  written_ = at;
+  return path;
+}
+
+// Every rank's generators, gathered on the control plane (no collective is in flight here).
+ckpt::NamedTensors Checkpointer::gather_generators() {
+  ckpt::NamedTensors generators;
+  for (const auto& [name, state] : rng_state(device_)) {
+    const at::Tensor bytes = state.to(at::kCPU).contiguous();
+    const auto all = control_.allgather_string(
+        std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.nbytes())));
+    for (size_t r = 0; r < all.size(); ++r) {
+      at::Tensor copy = at::empty({static_cast<std::int64_t>(all[r].size())}, at::kByte);
+      std::memcpy(copy.data_ptr(), all[r].data(), all[r].size());
+      generators.emplace_back("rank-" + std::to_string(r) + "/" + name, copy);
+    }
+  }
+  return generators;
+}
+
+ckpt::Checkpoint Checkpointer::assemble(Step& step, const RunPosition& at, const BestEvaluation& best_so_far,
+                                        ckpt::NamedTensors generators) const {
+  ckpt::Checkpoint checkpoint;
+  ckpt::CheckpointMeta& meta = checkpoint.meta;
+  meta.hpctrain_version = version();
+  meta.step = at.step;
+  meta.epoch = at.epoch;
+  meta.cursor = at.cursor;
+  meta.world_size = control_.world_size();
+  meta.model_name = config::name_of(config_.model.name);
+  meta.config_text = config::to_ini(config_);
+  meta.created = utc_now();
+  checkpoint.groups["model"] = model_state(step.model());
+  checkpoint.groups["optim"] = optimizer_state(step.update().optimizer(), step.update().parameter_names());
+  checkpoint.groups["sched"] = {{"step", torch::full({}, at.step, torch::kLong)}};
+  for (auto& entry : step.skipped().state()) checkpoint.groups["sched"].push_back(std::move(entry));
+  checkpoint.groups["rng"] = std::move(generators);
+  ckpt::NamedTensors bests;
+  if (best_so_far.test_acc) bests.emplace_back("best_test_acc", torch::full({}, *best_so_far.test_acc, torch::kDouble));
+  if (best_so_far.test_loss) bests.emplace_back("best_test_loss", torch::full({}, *best_so_far.test_loss, torch::kDouble));
+  if (!bests.empty()) checkpoint.groups["metrics"] = std::move(bests);
+  if (const LossScaler* scaler = step.loss_scaler()) checkpoint.groups["loss_scaler"] = scaler->state();
+  return checkpoint;
+}
+
+// Rank 0, with ckpt.async: waits for the write in flight, if any, as writing (timed by
+// ckpt.write_timeout_s), while the other ranks wait for rank 0 in the control plane (untimed).
+void Checkpointer::wait_for_background_write() {
+  if (control_.world_rank() != 0) return;
+  const activity::Scope writing(activity::Kind::kCheckpoint);
+  writer_.wait();
+}
+
+void Checkpointer::finish() {
+  if (!config_.ckpt.async) return;
+  wait_for_background_write();
+  const activity::Scope waiting(activity::Kind::kCheckpointWait);
+  control_.barrier();
+}
+
+}  // namespace hpctrain::train

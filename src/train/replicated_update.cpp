@@ -1,0 +1,96 @@
+// The replicated update (gradient_update.h): GradSync averages every gradient on every rank, and
+// every rank applies the whole optimizer step to its own copy of the parameters.
+#include <torch/torch.h>
+
+#include "hpctrain/ddp/grad_sync.h"
+#include "hpctrain/train/gradient_update.h"
+#include "hpctrain/train/nonfinite.h"
+
+namespace hpctrain::train {
+namespace {
+
+ddp::GradSyncOptions sync_options(const config::DistConfig& dist) {
+  ddp::GradSyncOptions options;
+  options.bucket_bytes = static_cast<std::int64_t>(dist.bucket_mb * (1 << 20));
+  options.overlap = dist.overlap;
+  switch (dist.grad_compression) {
+    case config::GradCompression::kFp16: options.wire_dtype = at::kHalf; break;
+    case config::GradCompression::kBf16: options.wire_dtype = at::kBFloat16; break;
+    case config::GradCompression::kNone: break;
+  }
+  return options;
+}
+
+std::vector<at::Tensor> tensors_of(const NamedParameters& named) {
+  std::vector<at::Tensor> out;
+  for (const auto& entry : named) out.push_back(entry.second);
+  return out;
+}
+
+class ReplicatedUpdate final : public GradientUpdate {
+ public:
+  ReplicatedUpdate(const config::Config& config, comm::Communicator& comm, const NamedParameters& trainable)
+      : parameters_(tensors_of(trainable)),
+        sync_(std::make_unique<ddp::GradSync>(comm, parameters_, sync_options(config.dist))),
+        optimizer_(make_optimizer(config.optim, trainable)),
+        names_(names_in_optimizer_order(*optimizer_, trainable)) {
+    for (const auto& named : trainable) module_order_names_.push_back(named.first);
+  }
+
+  void zero_grad() override { optimizer_->zero_grad(); }
+  void begin_backward(bool last_micro_batch) override { sync_->begin_backward(last_micro_batch); }
+  void reduce_gradients() override { sync_->average_gradients(); }
+
+  bool unscale_and_check(const LossScaler* scaler) override {
+    return scaler != nullptr ? scaler->unscale(gradients()) : all_finite(gradients());
+  }
+
+  // optim.clip_grad_norm on the averaged gradients, equal on every rank, so every rank clips alike.
+  std::optional<double> clip(double max_norm, bool want_norm) override {
+    if (max_norm > 0) return torch::nn::utils::clip_grad_norm_(parameters_, max_norm);
+    if (!want_norm) return std::nullopt;
+    double squares = 0;
+    for (const auto& p : parameters_) {
+      if (p.grad().defined()) squares += p.grad().detach().pow(2).sum().item<double>();
+    }
+    return std::sqrt(squares);
+  }
+
+  void update(double lr, bool apply) override {
+    for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+    if (apply) optimizer_->step();
+  }
+
+  const std::vector<std::string>& parameter_names() const override { return names_; }
+
+  std::string first_nonfinite_gradient() const override {
+    const std::int64_t first = first_nonfinite(gradients());
+    return first >= 0 ? module_order_names_[static_cast<size_t>(first)] : "";
+  }
+
+  torch::optim::Optimizer& optimizer() override { return *optimizer_; }
+  double lr() const override { return current_lr(*optimizer_); }
+  std::size_t bucket_count() const override { return sync_->bucket_count(); }
+
+ private:
+  std::vector<at::Tensor> gradients() const {
+    std::vector<at::Tensor> out;
+    for (const auto& p : parameters_) out.push_back(p.grad());
+    return out;
+  }
+
+  std::vector<at::Tensor> parameters_;  // in the module's order
+  std::unique_ptr<ddp::GradSync> sync_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::vector<std::string> names_;               // in the optimizer's order
+  std::vector<std::string> module_order_names_;  // of parameters_
+};
+
+}  // namespace
+
+std::unique_ptr<GradientUpdate> replicated_update(const config::Config& config, comm::Communicator& comm,
+                                                  const NamedParameters& trainable) {
+  return std::make_unique<ReplicatedUpdate>(config, comm, trainable);
+}
+
+}  // namespace hpctrain::train

@@ -1,0 +1,197 @@
+// Step: one optimizer step, read top to bottom in run().
+#include "hpctrain/train/step.h"
+
+#include <torch/torch.h>
+
+#include "hpctrain/comm/communicator.h"
+#include "hpctrain/core/error.h"
+#include "hpctrain/core/log.h"
+#include "hpctrain/core/timer.h"
+#include "hpctrain/ddp/grad_sync.h"
+#include "hpctrain/model/batch_norm.h"
+#include "hpctrain/model/flops.h"
+#include "hpctrain/train/autocast.h"
+#include "hpctrain/train/step_loss.h"
+
+namespace hpctrain::train {
+namespace {
+
+// Only parameters that learn get gradients averaged, clipped and stepped: a frozen one (a
+// TorchScript module's requires_grad=False) stays as it is, as in PyTorch, at any world size.
+NamedParameters trainable_parameters(torch::nn::Module& module) {
+  NamedParameters named;
+  for (const auto& p : module.named_parameters()) {
+    if (p.value().requires_grad()) named.emplace_back(p.key(), p.value());
+  }
+  return named;
+}
+
+// dist.sync_bn: BatchNorm layers reduce their statistics over the ranks (model/batch_norm.h).
+void synchronize_batch_norm(const config::Config& config, model::Model& model, comm::Communicator& comm) {
+  if (!config.dist.sync_bn) return;
+  model::BatchStatsReducer reduce;
+  if (comm.size() > 1) {
+    reduce = [c = &comm](at::Tensor& stats) { c->allreduce_blocking(stats, comm::ReduceOp::kSum); };
+  }
+  const int layers = model::set_batch_stats_reducer(model.module(), reduce);
+  if (layers == 0) {
+    const bool scripted = config.model.name == config::ModelName::kTorchscript;
+    log::warn("dist.sync_bn=true, but model {} has no BatchNorm layer of hpctrain's{}; nothing to synchronize",
+              config::name_of(config.model.name),
+              scripted ? " (a TorchScript module's normalize over each rank's batch)" : "");
+  } else {
+    log::info("dist.sync_bn: {} BatchNorm layer(s) normalize over the batches of all {} rank(s)", layers,
+              comm.size());
+  }
+}
+
+std::optional<LossScaler> loss_scaler_for(const config::TrainConfig& train) {
+  if (!uses_loss_scaling(train)) return std::nullopt;
+  LossScalerOptions scaling;
+  scaling.initial_scale = train.loss_scale_init;
+  return LossScaler(scaling);
+}
+
+}  // namespace
+
+Step::Step(std::shared_ptr<model::Model> model, const config::Config& config, comm::Communicator& comm,
+           c10::Device device)
+    : model_(std::move(model)), config_(config), comm_(comm), device_(device),
+      skipped_({config.train.nonfinite == config::Nonfinite::kAbort, config.train.max_skipped}) {
+  torch::nn::Module& module = model_->module();
+  module.to(device_);
+  std::vector<at::Tensor> everything = module.parameters();
+  for (auto& b : module.buffers()) buffers_.push_back(b);
+  for (const auto& b : buffers_) buffers_before_step_.push_back(b.detach().clone());
+  everything.insert(everything.end(), buffers_.begin(), buffers_.end());
+  ddp::broadcast_tensors(comm_, everything, 0);
+  update_ = replicated_update(config_, comm_, trainable_parameters(module));
+  synchronize_batch_norm(config_, *model_, comm_);
+  loss_scaler_ = loss_scaler_for(config_.train);
+  log_model();
+}
+
+Step::~Step() = default;
+
+StepResult Step::run(const std::vector<data::Batch>& micro_batches, const StepPlan& plan) {
+  model_->module().train();
+  // Note [Masked mean]: every micro-batch's loss is divided by the real samples of the whole step
+  // (all ranks, all micro-batches), so the accumulated, averaged gradient is the mean over the
+  // step's real samples, as one process on the whole global batch would compute it.
+  std::int64_t step_real = 0;
+  for (const data::Batch& batch : micro_batches) step_real += batch.global_real;
+  StepResult result;
+  result.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device_));
+  sync_buffers();
+  // The forward pass updates BatchNorm's running statistics; a skipped step must not, so a NaN
+  // in its activations cannot reach them.
+  for (size_t b = 0; b < buffers_.size(); ++b) buffers_before_step_[b].copy_(buffers_[b]);
+  update_->zero_grad();
+  for (size_t j = 0; j < micro_batches.size(); ++j) {
+    forward_backward(micro_batches[j], j + 1 == micro_batches.size(), step_real, result);
+  }
+  const Timer reducing;
+  update_->reduce_gradients();
+  result.comm_s = reducing.elapsed_s();
+  // Averaged gradients are equal on every rank, so every rank decides alike; with loss scaling a
+  // non-finite step is an overflow.
+  result.finite = update_->unscale_and_check(loss_scaler());
+  if (!result.finite) {
+    for (size_t b = 0; b < buffers_.size(); ++b) buffers_[b].copy_(buffers_before_step_[b]);
+  }
+  result.action = skipped_.after_step(result.finite);
+  if (result.action == NonfiniteAction::kAbort) return result;  // the run stops at the last good state
+  if (loss_scaler_) loss_scaler_->update(result.finite);
+  if (result.finite) result.grad_norm = update_->clip(config_.optim.clip_grad_norm, plan.want_grad_norm);
+  update_->update(plan.lr, /*apply=*/result.finite);
+  ++count_;
+  check_replicas();
+  return result;
+}
+
+void Step::forward_backward(const data::Batch& batch, bool last_micro_batch, std::int64_t step_real,
+                            StepResult& result) {
+  at::Tensor logits;
+  {
+    const AutocastScope autocast(device_.type(), autocast_dtype(config_.train.precision));
+    logits = forward(batch.input);
+  }
+  const at::Tensor losses = per_sample_loss(logits, batch.target, config_.train.label_smoothing);
+  update_->begin_backward(last_micro_batch);
+  const at::Tensor loss = step_loss(losses, batch.weight, comm_.size(), step_real);
+  (loss_scaler_ ? loss * loss_scaler_->scale() : loss).backward();
+  result.loss_sum += (losses.detach() * batch.weight).sum();
+  result.samples += static_cast<double>(batch.real);
+}
+
+// The first forward of this process is counted (model/flops.h) for the metrics' model_tflops and
+// mfu: the FLOPs of the very path training takes (train mode, gradients, autocast), per row.
+at::Tensor Step::forward(const at::Tensor& input) {
+  if (flops_counted_) return model_->forward(input);
+  flops_counted_ = true;
+  at::Tensor logits;
+  const double flops = model::count_flops([&] { logits = model_->forward(input); });
+  if (flops > 0) {
+    training_flops_ = model::training_flops_per_sample(flops / static_cast<double>(input.size(0)));
+  }
+  return logits;
+}
+
+void Step::sync_buffers() {
+  if (!buffers_.empty() && comm_.size() > 1) ddp::broadcast_tensors(comm_, buffers_, 0);
+}
+
+// dist.check_replicas_every: every replica must hold rank 0's parameters, bit for bit.
+void Step::check_replicas() {
+  const std::int64_t every = config_.dist.check_replicas_every;
+  if (every == 0 || count_ % every != 0) return;
+  const std::vector<int> differ = ddp::ranks_differing_from_root(comm_, model_->module().parameters(), device_);
+  if (differ.empty()) return;
+  std::string ranks;
+  for (const int r : differ) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  throw Error("parameters of rank(s) " + ranks + " differ from rank 0's after step " + std::to_string(count_) +
+              " (dist.check_replicas_every=" + std::to_string(every) +
+              "): a rank-dependent code path or a nondeterministic reduction; rerun with "
+              "--dist.check_replicas_every=1 to find the first step");
+}
+
+std::string Step::describe_nonfinite(const at::Tensor& rank_loss) {
+  std::vector<double> loss_not_finite(static_cast<size_t>(comm_.size()), 0.0);
+  loss_not_finite[static_cast<size_t>(comm_.rank())] = std::isfinite(rank_loss.item<double>()) ? 0.0 : 1.0;
+  loss_not_finite = ddp::sum_over_ranks(comm_, loss_not_finite, device_);
+  std::string ranks;
+  for (size_t r = 0; r < loss_not_finite.size(); ++r) {
+    if (loss_not_finite[r] > 0) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  }
+  const std::string first = update_->first_nonfinite_gradient();
+  const std::string tensor = first.empty() ? "a parameter" : "'" + first + "'";
+  return "the averaged gradient of " + tensor + " holds inf or NaN (" +
+         (ranks.empty() ? std::string("every rank's loss was finite: the backward pass overflowed")
+                        : "the loss was not finite on rank(s) " + ranks) +
+         ")";
+}
+
+void Step::log_model() const {
+  torch::nn::Module& module = model_->module();
+  std::int64_t count = 0;
+  std::int64_t tensors = 0;
+  for (const auto& p : module.parameters()) {
+    if (!p.requires_grad()) continue;
+    count += p.numel();
+    ++tensors;
+  }
+  const auto frozen = static_cast<std::int64_t>(module.parameters().size()) - tensors;
+  // On a GPU, say which float32 math runs (train.tf32), since it changes results slightly.
+  const std::string math = !device_.is_cuda()      ? ""
+                           : config_.train.tf32 ? " (float32 products on TF32 tensor cores: train.tf32)"
+                                                : " (full float32: train.tf32=false)";
+  log::info("model {}: {} parameters in {} tensors{}, {} buffers; device {}{}, backend {}, {} rank(s)",
+            config::name_of(config_.model.name), count, tensors,
+            frozen > 0 ? fmt::format(" ({} frozen tensors besides)", frozen) : "", buffers_.size(), device_.str(),
+            math, comm_.backend(), comm_.size());
+  for (const auto& tied : model_->tied_parameters()) {
+    log::info("tied weights: '{}' is '{}' (trained once, stored under both names)", tied.name, tied.same_as);
+  }
+}
+
+}  // namespace hpctrain::train

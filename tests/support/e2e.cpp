@@ -1,0 +1,22 @@
+#include "e2e.h"
+
+#include <gtest/gtest.h>
+
+namespace hpctrain::testing {
+
+ProcessResult prepare_fashion(const std::string& out, int limit, int shards) {
+  std::string command = kBin + " prepare fashion-mnist --source " + kFashionMnist + " --out " + out;
+  if (limit > 0) command += " --limit " + std::to_string(limit);
+  if (shards > 1) command += " --shards " + std::to_string(shards);
+  return run_command(command);
+}
+
+FashionSuite make_fashion_suite(const std::string& tag, int limit, int shards, const std::string& name) {
+  FashionSuite suite{make_temp_dir(tag), ""};
+  suite.data = suite.work + "/" + name;
+  const ProcessResult prepared = prepare_fashion(suite.data, limit, shards);
+  if (prepared.exit_code != 0) ADD_FAILURE() << "prepare fashion-mnist failed: " << prepared.err;
+  return suite;
+}
+
+}  // namespace hpctrain::testing

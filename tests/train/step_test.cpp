@@ -1,0 +1,153 @@
+// Step on ranks played in one process (tests/support/fake_communicator.h): two ranks, each with
+// its share of every micro-batch, take the step that one process takes on the whole global batch
+// (Note [Masked mean]), padding and gradient accumulation included; a non-finite rank makes every
+// rank skip alike.
+#include "hpctrain/train/step.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+
+#include "fake_communicator.h"
+#include "hpctrain/config/parser.h"
+
+namespace hpctrain::train {
+namespace {
+
+using testing::FakeCommunicator;
+using testing::FakeWorld;
+using testing::run_ranks;
+
+config::Config step_config(const std::map<std::string, std::string>& extra = {}) {
+  std::map<std::string, std::string> options{{"data.path", "/unused"},  {"model.name", "mlp"},
+                                             {"model.mlp_hidden", "16"}, {"model.dropout", "0"},
+                                             {"optim.name", "adamw"},   {"optim.clip_grad_norm", "0.5"}};
+  for (const auto& [key, value] : extra) options[key] = value;
+  return config::resolve("", options);
+}
+
+std::shared_ptr<model::Model> fresh_model(const config::Config& config) {
+  torch::manual_seed(3);  // every rank builds the same model, as prepare_training does
+  return model::make_model(config.model, {{6}, 4});
+}
+
+// Rows [first, first + count) of a global micro-batch of 8 samples whose samples from `real` on
+// are padding: what one rank's sampler hands it.
+data::Batch share(const at::Tensor& input, const at::Tensor& target, std::int64_t real, std::int64_t first,
+                  std::int64_t count) {
+  data::Batch batch;
+  batch.input = input.narrow(0, first, count).clone();
+  batch.target = target.narrow(0, first, count).clone();
+  batch.weight = (torch::arange(first, first + count) < real).to(torch::kFloat);
+  batch.real = std::max<std::int64_t>(0, std::min(real, first + count) - first);
+  batch.global_real = real;
+  return batch;
+}
+
+struct GlobalBatches {
+  std::vector<at::Tensor> inputs;
+  std::vector<at::Tensor> targets;
+  std::vector<std::int64_t> real{8, 5};  // the second micro-batch ends in 3 padding slots
+
+  GlobalBatches() {
+    torch::manual_seed(11);
+    for (int j = 0; j < 2; ++j) {
+      inputs.push_back(torch::randn({8, 6}));
+      targets.push_back(torch::randint(0, 4, {8}, torch::kLong));
+    }
+  }
+  // Rank `rank` of `ranks`: its rows of both micro-batches.
+  std::vector<data::Batch> of_rank(int rank, int ranks) const {
+    const std::int64_t rows = 8 / ranks;
+    return {share(inputs[0], targets[0], real[0], rank * rows, rows),
+            share(inputs[1], targets[1], real[1], rank * rows, rows)};
+  }
+};
+
+std::vector<at::Tensor> parameters_of(model::Model& model) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : model.module().parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+TEST(Step, TwoRanksTakeTheStepOfOneProcessOnTheWholeBatch) {
+  const config::Config config = step_config();
+  const GlobalBatches data;
+  const StepPlan plan{0.01, /*want_grad_norm=*/true};
+
+  FakeWorld one(1);
+  auto reference = fresh_model(config);
+  StepResult whole;
+  run_ranks(one, [&](FakeCommunicator& comm) {
+    Step step(reference, config, comm, torch::kCPU);
+    whole = step.run(data.of_rank(0, 1), plan);
+  });
+
+  FakeWorld two(2);
+  std::vector<std::shared_ptr<model::Model>> models{fresh_model(config), fresh_model(config)};
+  std::vector<StepResult> results(2);
+  run_ranks(two, [&](FakeCommunicator& comm) {
+    Step step(models[static_cast<size_t>(comm.rank())], config, comm, torch::kCPU);
+    results[static_cast<size_t>(comm.rank())] = step.run(data.of_rank(comm.rank(), 2), plan);
+    EXPECT_EQ(step.count(), 1);
+  });
+
+  ASSERT_TRUE(whole.finite && results[0].finite && results[1].finite);
+  EXPECT_DOUBLE_EQ(results[0].samples + results[1].samples, 13.0);
+  EXPECT_NEAR((results[0].loss_sum + results[1].loss_sum).item<double>(), whole.loss_sum.item<double>(), 1e-5);
+  ASSERT_TRUE(whole.grad_norm && results[0].grad_norm && results[1].grad_norm);
+  EXPECT_EQ(*results[0].grad_norm, *results[1].grad_norm);  // averaged gradients agree to the bit
+  EXPECT_NEAR(*results[0].grad_norm, *whole.grad_norm, 1e-6);
+  const std::vector<at::Tensor> expected = parameters_of(*reference);
+  const std::vector<at::Tensor> rank0 = parameters_of(*models[0]);
+  const std::vector<at::Tensor> rank1 = parameters_of(*models[1]);
+  ASSERT_EQ(rank0.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_TRUE(at::equal(rank0[i], rank1[i])) << "parameter " << i << ": the replicas differ";
+    EXPECT_TRUE(at::allclose(rank0[i], expected[i], 1e-5, 1e-6)) << "parameter " << i;
+    EXPECT_FALSE(at::equal(rank0[i], fresh_model(config)->module().parameters()[i])) << "parameter " << i;
+  }
+}
+
+TEST(Step, ANonFiniteLossOnOneRankIsSkippedOnEveryRankAndNamed) {
+  const config::Config config = step_config();
+  GlobalBatches data;
+  data.inputs[1][4][0] = std::nan("");  // a real sample of rank 1's share: its loss is NaN
+  FakeWorld two(2);
+  std::vector<std::shared_ptr<model::Model>> models{fresh_model(config), fresh_model(config)};
+  const std::vector<at::Tensor> before = parameters_of(*models[0]);
+  run_ranks(two, [&](FakeCommunicator& comm) {
+    Step step(models[static_cast<size_t>(comm.rank())], config, comm, torch::kCPU);
+    const StepResult result = step.run(data.of_rank(comm.rank(), 2), {0.01, true});
+    EXPECT_FALSE(result.finite);
+    EXPECT_EQ(result.action, NonfiniteAction::kSkip);
+    EXPECT_FALSE(result.grad_norm.has_value());
+    EXPECT_EQ(step.count(), 1) << "a skipped step still counts";
+    const std::string what = step.describe_nonfinite(result.loss_sum);  // collective
+    EXPECT_NE(what.find("the loss was not finite on rank(s) 1"), std::string::npos) << what;
+    const std::vector<at::Tensor> after = parameters_of(*models[static_cast<size_t>(comm.rank())]);
+    for (size_t i = 0; i < after.size(); ++i) EXPECT_TRUE(at::equal(after[i], before[i])) << "parameter " << i;
+  });
+}
+
+TEST(Step, WithNonfiniteAbortNothingIsAppliedOrCounted) {
+  const config::Config config = step_config({{"train.nonfinite", "abort"}});
+  GlobalBatches data;
+  data.inputs[0][0][0] = std::numeric_limits<float>::infinity();
+  FakeWorld two(2);
+  std::vector<std::shared_ptr<model::Model>> models{fresh_model(config), fresh_model(config)};
+  run_ranks(two, [&](FakeCommunicator& comm) {
+    Step step(models[static_cast<size_t>(comm.rank())], config, comm, torch::kCPU);
+    const StepResult result = step.run(data.of_rank(comm.rank(), 2), {0.01, false});
+    EXPECT_EQ(result.action, NonfiniteAction::kAbort);
+    EXPECT_EQ(step.count(), 0);
+    EXPECT_EQ(step.skipped().total(), 1);
+  });
+}
+
+}  // namespace
+}  // namespace hpctrain::train
