@@ -102,7 +102,7 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 deps_args=(${HPCTRAIN_DEPS_CMAKE_ARGS:-})
 run_step configure 150 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}" \
-  -DCMAKE_CUDA_ARCHITECTURES=native "${deps_args[@]}" "${nccl_args[@]}"
+  -DCMAKE_CUDA_ARCHITECTURES=native -DHPCTRAIN_WITH_NCCL=ON "${deps_args[@]}" "${nccl_args[@]}"
 record configure "$status" "$seconds" "$(grep -m1 'NCCL *:' "$out/configure.log" | sed 's/^-- *//')"
 [ "$status" = PASS ] || { cat "$summary"; exit 1; }
 

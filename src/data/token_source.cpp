@@ -38,19 +38,11 @@ class TokenSource final : public Source {
   }
 
   Batch read(std::int64_t, const SamplerStep& step) const override {
-    Batch batch = stream_.gather(step.indices, options_.pinned);
-    batch.weight = at::tensor(c10::ArrayRef<float>(step.weights));
-    batch.real = static_cast<std::int64_t>(step.indices.size());  // every window is real
-    batch.global_real = step.global_real;
-    return batch;
+    return with_weights(stream_.gather(step.indices, options_.pinned), step);
   }
 
   Batch finish(const Batch& batch, c10::Device device) const override {
-    Batch out = batch;
-    if (batch.weight.defined()) out.weight = batch.weight.to(device);
-    out.input = batch.input.to(device, /*non_blocking=*/true);
-    out.target = batch.target.to(device, /*non_blocking=*/true);
-    return out;
+    return on_device(batch, batch.input.to(device, /*non_blocking=*/true), device);
   }
 
   std::int64_t items() const override {

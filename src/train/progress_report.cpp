@@ -83,57 +83,70 @@ void ProgressReport::note_first_step(std::int64_t step) {
 }
 
 void ProgressReport::write(const ProgressPoint& at) {
-  // One small allreduce per log interval: the loss and throughput of the whole job.
+  const Figures figures = interval_figures(at);
+  log_line(at, figures);
+  metrics_.write(record(at, figures));
+  begin_interval();
+}
+
+// Collective: one small allreduce per log interval, the loss and throughput of the whole job.
+ProgressReport::Figures ProgressReport::interval_figures(const ProgressPoint& at) const {
   const std::vector<double> totals =
       ddp::sum_over_ranks(comm_, {loss_sum_.item<double>(), loss_samples_, real_samples_}, device_);
+  Figures f;
   // NaN when every step of the interval was skipped: the log says "nan", the metrics leave it out.
-  const double mean_loss = totals[1] > 0 ? totals[0] / totals[1] : std::nan("");
+  f.mean_loss = totals[1] > 0 ? totals[0] / totals[1] : std::nan("");
   const double wall_s = interval_.elapsed_s();
-  const double samples_per_s = totals[2] / wall_s;
+  f.samples_per_s = totals[2] / wall_s;
   // Rank 0's clock; the ETA assumes the rest of the run goes at this interval's pace. Steps left:
   // this epoch's, then whole epochs at this world size, up to train.max_steps.
-  const StepBreakdown per_step = breakdown(times_, wall_s);
+  f.per_step = breakdown(times_, wall_s);
   std::int64_t steps_left =
       at.steps_in_epoch - at.step_in_epoch + (config_.train.epochs - at.epoch - 1) * at.steps_per_epoch;
   if (config_.train.max_steps > 0) steps_left = std::min(steps_left, config_.train.max_steps - at.step);
-  const double eta_s = static_cast<double>(std::max<std::int64_t>(0, steps_left)) * per_step.step_ms / 1e3;
+  f.eta_s = static_cast<double>(std::max<std::int64_t>(0, steps_left)) * f.per_step.step_ms / 1e3;
   // A language model's samples are windows of gpt_block_size tokens, each token a prediction.
-  const double tokens_per_s = language_model_ ? samples_per_s * static_cast<double>(config_.model.gpt_block_size) : 0;
-  std::string rate = language_model_ ? fmt::format("{:.0f} tokens/s", tokens_per_s)
-                                     : fmt::format("{:.0f} samples/s", samples_per_s);
-  const double tflops = training_flops_ ? model_tflops(samples_per_s, *training_flops_) : 0.0;
-  const bool with_mfu = training_flops_ && peak_flops_;
-  const double utilization = with_mfu ? mfu(tflops, comm_.size(), peak_flops_->tflops) : 0.0;
-  if (with_mfu) rate += fmt::format(" (MFU {:.1f} %)", 100 * utilization);
+  f.tokens_per_s = language_model_ ? f.samples_per_s * static_cast<double>(config_.model.gpt_block_size) : 0;
+  f.tflops = training_flops_ ? model_tflops(f.samples_per_s, *training_flops_) : 0.0;
+  if (training_flops_ && peak_flops_) f.mfu = mfu(f.tflops, comm_.size(), peak_flops_->tflops);
+  return f;
+}
+
+void ProgressReport::log_line(const ProgressPoint& at, const Figures& f) const {
+  std::string rate = language_model_ ? fmt::format("{:.0f} tokens/s", f.tokens_per_s)
+                                     : fmt::format("{:.0f} samples/s", f.samples_per_s);
+  if (f.mfu) rate += fmt::format(" (MFU {:.1f} %)", 100 * *f.mfu);
   // No norm after a skipped step: its gradients were not finite.
   const std::string norm = at.grad_norm ? fmt::format("{:.3g}", *at.grad_norm) : std::string("-");
   log::info("epoch {} step {} ({}/{}) loss {:.4f} lr {:.3g} grad_norm {} {}, {:.1f} ms/step "
             "(data {:.1f}, comm {:.1f}), ETA {}",
-            at.epoch + 1, at.step, at.step_in_epoch, at.steps_in_epoch, mean_loss, at.lr, norm, rate,
-            per_step.step_ms, per_step.data_ms, per_step.comm_ms, format_duration(eta_s));
+            at.epoch + 1, at.step, at.step_in_epoch, at.steps_in_epoch, f.mean_loss, at.lr, norm, rate,
+            f.per_step.step_ms, f.per_step.data_ms, f.per_step.comm_ms, format_duration(f.eta_s));
+}
+
+nlohmann::json ProgressReport::record(const ProgressPoint& at, const Figures& f) const {
   nlohmann::json record = {{"step", at.step},
                            {"epoch", at.epoch + 1},
                            {"lr", at.lr},
-                           {"samples_per_s", samples_per_s},
-                           {"step_ms", per_step.step_ms},
-                           {"data_ms", per_step.data_ms},
-                           {"comm_ms", per_step.comm_ms},
-                           {"compute_ms", per_step.compute_ms},
-                           {"eta_s", eta_s},
+                           {"samples_per_s", f.samples_per_s},
+                           {"step_ms", f.per_step.step_ms},
+                           {"data_ms", f.per_step.data_ms},
+                           {"comm_ms", f.per_step.comm_ms},
+                           {"compute_ms", f.per_step.compute_ms},
+                           {"eta_s", f.eta_s},
                            {"peak_rss_mb", static_cast<double>(sys::peak_rss_bytes()) / (1 << 20)}};
-  if (std::isfinite(mean_loss)) record["loss"] = mean_loss;
+  if (std::isfinite(f.mean_loss)) record["loss"] = f.mean_loss;
   if (at.grad_norm) record["grad_norm"] = *at.grad_norm;
-  if (language_model_) record["tokens_per_s"] = tokens_per_s;
-  if (training_flops_) record["model_tflops"] = tflops;
-  if (with_mfu) record["mfu"] = utilization;
+  if (language_model_) record["tokens_per_s"] = f.tokens_per_s;
+  if (training_flops_) record["model_tflops"] = f.tflops;
+  if (f.mfu) record["mfu"] = *f.mfu;
   if (device_.is_cuda()) {
     const std::int64_t in_use = comm::gpu_memory_in_use_bytes(device_.index());
     if (in_use >= 0) record["gpu_mem_mb"] = static_cast<double>(in_use) / (1 << 20);
   }
   if (at.loss_scale) record["loss_scale"] = *at.loss_scale;
   record["skipped_steps"] = at.skipped;
-  metrics_.write(record);
-  begin_interval();
+  return record;
 }
 
 }  // namespace hpctrain::train

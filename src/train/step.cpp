@@ -137,6 +137,9 @@ at::Tensor Step::forward(const at::Tensor& input) {
   return logits;
 }
 
+// Note [Buffers follow rank 0]: BatchNorm running statistics are not gradients; each rank's would
+// drift with its own batches. As in PyTorch DDP they are overwritten with rank 0's before every
+// forward, and again before evaluation and checkpoints, so every replica holds the same model.
 void Step::sync_buffers() {
   if (!buffers_.empty() && comm_.size() > 1) ddp::broadcast_tensors(comm_, buffers_, 0);
 }

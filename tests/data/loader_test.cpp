@@ -392,7 +392,7 @@ TEST_F(LoaderTest, StoppingEarlyDoesNotHang) {
 // a pause now and then, so that readers and the training thread overtake each other.
 Batch numbered_batch(std::int64_t k, std::int64_t bytes) {
   if (k % 7 == 3) std::this_thread::sleep_for(std::chrono::microseconds(200));
-  Batch batch{at::zeros({bytes}, at::kChar), at::full({1}, k, at::kLong)};
+  Batch batch = batch_of(at::zeros({bytes}, at::kChar), at::full({1}, k, at::kLong));
   batch.input[0] = static_cast<int>(k % 128);
   return batch;
 }

@@ -143,7 +143,7 @@ TEST(TrainState, OptimizerStateRoundTripsForAdamWAndSgd) {
     for (int k = 0; k < 3; ++k) step(*optimizer, x, y);
     ckpt::NamedTensors saved = optimizer_state(*optimizer, names);
     for (auto& entry : saved) entry.second = entry.second.clone();  // the live state moves on
-    EXPECT_EQ(saved.size(), o.name == "adamw" ? 6u : 2u) << name;
+    EXPECT_EQ(saved.size(), o.name == config::OptimizerName::kAdamW ? 6u : 2u) << name;
 
     const at::Tensor w_copy = w.detach().clone();
     const at::Tensor b_copy = b.detach().clone();

@@ -66,6 +66,12 @@ class Source {
   // data.io=mpio, collective over MPI_COMM_WORLD, before training: a split held in memory is read
   // once by all ranks together. Otherwise (or for a token stream) it only says why not.
   virtual void read_collectively(int world_size) const = 0;
+
+ protected:
+  // `batch` with `step`'s weights and real-sample counts.
+  static Batch with_weights(Batch batch, const SamplerStep& step);
+  // `batch` with `input` (already on `device`) and its target and weights copied there.
+  static Batch on_device(const Batch& batch, at::Tensor input, c10::Device device);
 };
 
 std::shared_ptr<const Source> sample_source(Split split, SourceOptions options);

@@ -51,6 +51,19 @@ class ProgressReport {
   void write(const ProgressPoint& at);
 
  private:
+  // An interval's figures, as the line and the record give them.
+  struct Figures {
+    double mean_loss = 0.0;  // NaN when every step was skipped
+    double samples_per_s = 0.0;
+    double tokens_per_s = 0.0;  // a language model's
+    double eta_s = 0.0;
+    double tflops = 0.0;        // the model's, over the job
+    std::optional<double> mfu;  // when the peak is known
+    StepBreakdown per_step;
+  };
+  Figures interval_figures(const ProgressPoint& at) const;
+  void log_line(const ProgressPoint& at, const Figures& figures) const;
+  nlohmann::json record(const ProgressPoint& at, const Figures& figures) const;
   void note_model_arithmetic(const Step& step);
   void note_first_step(std::int64_t step);
 
