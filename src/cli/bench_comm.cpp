@@ -97,8 +97,9 @@ const char* bench_comm_usage() { return kCommUsage; }
 int bench_comm(const config::ParsedArgs& parsed) {
   const std::string backend_name = parsed.has("backend") ? parsed.flags.at("backend") : "mpi";
   config::Backend backend = config::Backend::kMpi;
-  if (!config::parse_choice(backend_name, backend) || backend == config::Backend::kAuto) {
-    throw ConfigError("bench comm: --backend must be mpi or nccl, got '" + backend_name + "'");
+  if (!config::parse_choice(backend_name, backend)) {
+    throw ConfigError("bench comm: --backend must be one of " + config::choice_list<config::Backend>() + ", got '" +
+                      backend_name + "'");
   }
   const auto flag_bytes = [&](const char* name, const char* fallback) {
     return parse_bytes(parsed.has(name) ? parsed.flags.at(name) : fallback,

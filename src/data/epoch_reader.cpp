@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "hpctrain/core/activity.h"
+#include "hpctrain/core/error.h"
 #include "hpctrain/core/timer.h"
 
 namespace hpctrain::data {
@@ -18,6 +19,7 @@ EpochReader::EpochReader(std::shared_ptr<const Source> source, const Sampler& sa
               plan_->size(), options) {}
 
 StepInput EpochReader::next() {
+  HT_CHECK(!done(), "EpochReader::next called past the epoch's last step");
   const std::int64_t first = taken_ * accumulation_;
   const std::int64_t count = std::min(accumulation_, static_cast<std::int64_t>(plan_->size()) - first);
   StepInput input;

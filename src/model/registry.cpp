@@ -8,16 +8,16 @@ namespace {
 
 using Factory = std::function<std::shared_ptr<Model>(const config::ModelConfig&, const ModelSpec&)>;
 
-// The factory of each config::ModelName, in its order.
+// The factory of each config::ModelName.
 Factory factory(config::ModelName name) {
   switch (name) {
     case config::ModelName::kFashionCnn: return make_fashion_cnn;
     case config::ModelName::kMlp: return make_mlp;
     case config::ModelName::kResnet: return make_resnet;
     case config::ModelName::kGpt: return make_gpt;
-    case config::ModelName::kTorchscript: break;
+    case config::ModelName::kTorchscript: return make_torchscript;
   }
-  return make_torchscript;
+  throw Error("internal: model.name holds no model's value");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iterator>
@@ -90,7 +91,7 @@ void ProgressReport::write(const ProgressPoint& at) {
 }
 
 // Collective: one small allreduce per log interval, the loss and throughput of the whole job.
-ProgressReport::Figures ProgressReport::interval_figures(const ProgressPoint& at) const {
+ProgressReport::Figures ProgressReport::interval_figures(const ProgressPoint& at) {
   const std::vector<double> totals =
       ddp::sum_over_ranks(comm_, {loss_sum_.item<double>(), loss_samples_, real_samples_}, device_);
   Figures f;

@@ -2,6 +2,8 @@
 // every rank applies the whole optimizer step to its own copy of the parameters.
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/train/gradient_update.h"
 #include "hpctrain/train/nonfinite.h"

@@ -4,10 +4,12 @@
 
 #include "hpctrain/config/option_table.h"
 #include "hpctrain/config/parser.h"
+#include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/train/checkpointer.h"
 #include "hpctrain/train/resume_policy.h"
 #include "hpctrain/train/resume_state.h"
+#include "hpctrain/train/train_state.h"
 
 namespace hpctrain::train {
 
@@ -32,9 +34,7 @@ std::optional<Resumed> Checkpointer::resume(Step& step, std::int64_t accumulatio
   }
   if (!state.generators_restored) {
     // Another world size: no rank's generators carry over; new ones, distinct per rank and step.
-    torch::manual_seed(static_cast<std::uint64_t>(config_.train.seed) * 1000003ULL +
-                       static_cast<std::uint64_t>(control_.world_rank()) + 1 +
-                       static_cast<std::uint64_t>(state.step) * 7919ULL);
+    torch::manual_seed(rank_seed(config_.train.seed, control_.world_rank(), state.step));
   }
   const Resumed resumed{{state.step, state.epoch, state.cursor}, {state.best_test_acc, state.best_test_loss}};
   log::info("resumed from {}: step {}, epoch {}, sampler cursor {} (written by {} rank(s))", chosen, state.step,

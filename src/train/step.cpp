@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"

@@ -113,6 +113,11 @@ void load_optimizer_state(optim::Optimizer& optimizer, const std::vector<std::st
   }
 }
 
+std::uint64_t rank_seed(std::int64_t seed, int rank, std::int64_t step) {
+  return static_cast<std::uint64_t>(seed) * 1000003ULL + static_cast<std::uint64_t>(rank) + 1 +
+         static_cast<std::uint64_t>(step) * 7919ULL;
+}
+
 ckpt::NamedTensors rng_state(const c10::Device& device) {
   ckpt::NamedTensors out;
   at::Generator cpu = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));

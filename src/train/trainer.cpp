@@ -9,22 +9,28 @@
 #include "hpctrain/core/log.h"
 #include "hpctrain/train/global_batch.h"
 #include "hpctrain/train/lr_schedule.h"
+#include "hpctrain/train/train_state.h"
 
 namespace hpctrain::train {
+namespace {
+
+TrainingSetup with_training_data(TrainingSetup setup) {
+  HT_CHECK(setup.train != nullptr, "Trainer needs a training split");
+  return setup;
+}
+
+}  // namespace
 
 Trainer::Trainer(TrainingSetup setup, comm::ControlPlane& control, comm::Communicator& comm, c10::Device device,
                  RunDirectory run_dir)
-    : setup_(std::move(setup)), control_(control), device_(device), run_dir_(std::move(run_dir)),
+    : setup_(with_training_data(std::move(setup))), control_(control), device_(device), run_dir_(std::move(run_dir)),
       metrics_(run_dir_.metrics_path(), control.world_rank() == 0),
       step_(setup_.model, setup_.config, comm, device),
       policy_(setup_.config, control),
       progress_(setup_.config, comm, device, metrics_, setup_.language_model()),
       evaluation_(setup_.eval, setup_.config, comm, device, metrics_),
       checkpointer_(setup_.config, control, run_dir_, device) {
-  HT_CHECK(setup_.train != nullptr, "Trainer needs a training split");
-  // Dropout masks differ per rank (as separate processes would in PyTorch DDP), reproducibly.
-  torch::manual_seed(static_cast<std::uint64_t>(setup_.config.train.seed) * 1000003ULL +
-                     static_cast<std::uint64_t>(control.world_rank()) + 1);
+  torch::manual_seed(rank_seed(setup_.config.train.seed, control.world_rank(), /*step=*/0));
 }
 
 Trainer::~Trainer() = default;
@@ -84,9 +90,9 @@ void Trainer::plan_run() {
 // One epoch from `cursor`: read, step, policy, until its end or train.max_steps. False when the
 // run stops (a signal, or non-finite steps).
 bool Trainer::train_epoch(std::int64_t epoch, std::int64_t cursor) {
-  const config::DataConfig& data = setup_.config.data;
-  data::EpochReader reader(setup_.train, *sampler_, epoch, cursor, accumulation_,
-                           {static_cast<int>(data.prefetch), static_cast<int>(data.loader_threads)}, device_);
+  const data::LoaderOptions read_ahead{static_cast<int>(setup_.config.data.prefetch),
+                                      static_cast<int>(setup_.config.data.loader_threads)};
+  data::EpochReader reader(setup_.train, *sampler_, epoch, cursor, accumulation_, read_ahead, device_);
   progress_.begin_interval();
   while (!reader.done() && !policy_.limit_reached(step_.count())) {
     const std::int64_t next = step_.count() + 1;
@@ -155,6 +161,12 @@ std::string Trainer::save_checkpoint(bool best) {
   return path;
 }
 
+// A checkpoint of the current position: the last one written, when it holds it (a periodic
+// checkpoint may have been written a moment ago), or a new one.
+std::string Trainer::checkpoint_of_position() {
+  return checkpointer_.holds(position()) ? checkpointer_.last() : save_checkpoint();
+}
+
 void Trainer::warn_of_skipped_step(const StepResult& result) {
   if (step_.loss_scaler() != nullptr) return;  // with loss scaling, overflows are routine
   const std::string what = step_.describe_nonfinite(result.loss_sum);  // collective
@@ -168,7 +180,7 @@ void Trainer::warn_of_skipped_step(const StepResult& result) {
 // checkpoints the last good state (the step was not applied) and says why in failure_.
 void Trainer::stop_on_nonfinite(const StepResult& result) {
   const std::string what = step_.describe_nonfinite(result.loss_sum);
-  const std::string path = checkpointer_.holds(position()) ? checkpointer_.last() : save_checkpoint();
+  const std::string path = checkpoint_of_position();
   checkpointer_.finish();
   const config::TrainConfig& train = setup_.config.train;
   const std::int64_t in_a_row = step_.skipped().in_a_row();
@@ -194,8 +206,7 @@ TrainSummary Trainer::finish(std::optional<EvalResult> last_eval) {
   if (stopped_ || !failure_.empty()) {
     summary.checkpoint = checkpointer_.last();
   } else if (setup_.config.ckpt.save_final) {
-    // A periodic checkpoint of this very position may have been written a moment ago.
-    summary.checkpoint = checkpointer_.holds(position()) ? checkpointer_.last() : save_checkpoint();
+    summary.checkpoint = checkpoint_of_position();
   }
   checkpointer_.finish();
   return summary;

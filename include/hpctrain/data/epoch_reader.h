@@ -45,7 +45,7 @@ class EpochReader {
   std::int64_t steps_;
   std::int64_t taken_ = 0;
   c10::Device device_;
-  Loader loader_;  // last: its threads read plan_ through source_
+  Loader loader_;  // last: its threads start once everything above is in place
 };
 
 }  // namespace hpctrain::data

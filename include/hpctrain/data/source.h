@@ -63,8 +63,8 @@ class Source {
   virtual std::int64_t tokens_per_item() const = 0;
   bool language_model() const { return tokens_per_item() > 0; }
 
-  // data.io=mpio, collective over MPI_COMM_WORLD, before training: a split held in memory is read
-  // once by all ranks together. Otherwise (or for a token stream) it only says why not.
+  // With data.io=mpio, collective over MPI_COMM_WORLD, before training: a split held in memory is
+  // read once by all ranks together; a larger split or a token stream only says why it is not.
   virtual void read_collectively(int world_size) const = 0;
 
  protected:

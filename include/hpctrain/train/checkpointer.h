@@ -49,8 +49,9 @@ class Checkpointer {
   // named by checkpoints/best (ckpt.keep_best), which pruning spares. With ckpt.async rank 0
   // returns once a host copy is handed to the background writer. Returns the path.
   std::string save(Step& step, const RunPosition& at, const BestEvaluation& best_so_far, bool best = false);
-  // The last checkpoint written holds `at`; its path.
+  // The last checkpoint written holds `at`.
   bool holds(const RunPosition& at) const { return written_ && *written_ == at; }
+  // The last checkpoint's path ("" before the first).
   const std::string& last() const { return last_; }
   // A background write that failed ends the run now (its error rethrown).
   void rethrow_if_failed() { writer_.rethrow_if_failed(); }

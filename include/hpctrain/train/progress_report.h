@@ -61,7 +61,7 @@ class ProgressReport {
     std::optional<double> mfu;  // when the peak is known
     StepBreakdown per_step;
   };
-  Figures interval_figures(const ProgressPoint& at) const;
+  Figures interval_figures(const ProgressPoint& at);  // collective
   void log_line(const ProgressPoint& at, const Figures& figures) const;
   nlohmann::json record(const ProgressPoint& at, const Figures& figures) const;
   void note_model_arithmetic(const Step& step);

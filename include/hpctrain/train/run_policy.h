@@ -1,9 +1,9 @@
 // What happens after a step besides the step itself: a progress record (log.every_steps, and the
-// last step of an epoch or of the run: records()), a checkpoint (ckpt.every_steps, or ckpt.every_minutes by
-// rank 0's clock), an evaluation (train.eval_every), or a stop (a signal on any rank:
-// ckpt.signals; train.max_steps). Counting decisions are pure; the signal and the clock are agreed
-// by all ranks in one small collective on the control plane (Note [Step boundary]). Depends on
-// config, comm's ControlPlane and core.
+// last step of an epoch or of the run: records()), a checkpoint (ckpt.every_steps, or
+// ckpt.every_minutes by rank 0's clock), an evaluation (train.eval_every), a stop on a signal to
+// any rank (ckpt.signals); and where the run ends (train.max_steps: limit_reached()). Counting
+// decisions are pure; the signal and the clock are agreed by all ranks in one small collective on
+// the control plane (Note [Step boundary]). Depends on config, comm's ControlPlane and core.
 #pragma once
 
 #include <cstdint>

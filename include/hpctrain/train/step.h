@@ -5,7 +5,7 @@
 // finiteness agreement (a loss scaler's unscale), clipping, the learning rate and the optimizer
 // update, and a replica check when due. How gradients become the update is a GradientUpdate
 // (gradient_update.h), so a sharded optimizer changes that and not this. Depends on comm, data
-// (Batch), model and the train module's parts; torch::optim is forward-declared.
+// (Batch), model and the train module's parts.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -6,6 +6,7 @@
 
 #include <c10/core/Device.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,11 @@ ckpt::NamedTensors optimizer_state(torch::optim::Optimizer& optimizer, const std
 // CheckpointError naming what does not fit (an unknown parameter, a state of another optimizer).
 void load_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<std::string>& names,
                           const ckpt::NamedTensors& stored);
+
+// The seed of rank `rank`'s generators in a run of train.seed `seed` (re)started after `step`
+// steps: distinct per rank (dropout masks differ, as separate processes' would in PyTorch DDP) and
+// per step of a resume that cannot restore the ranks' own generators, reproducibly.
+std::uint64_t rank_seed(std::int64_t seed, int rank, std::int64_t step);
 
 // The states of this process's generators: {"cpu", ...} and {"cuda", ...} when `device` is a GPU.
 ckpt::NamedTensors rng_state(const c10::Device& device);

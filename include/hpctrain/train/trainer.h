@@ -86,6 +86,7 @@ class Trainer {
   void record(const StepResult& result, const data::EpochReader& reader, std::int64_t epoch);
   std::optional<EvalResult> evaluate(std::int64_t epoch);
   std::string save_checkpoint(bool best = false);
+  std::string checkpoint_of_position();
   void warn_of_skipped_step(const StepResult& result);
   void stop_on_nonfinite(const StepResult& result);
   TrainSummary finish(std::optional<EvalResult> last_eval);
