@@ -101,10 +101,11 @@ int bench_data(const config::ParsedArgs& parsed) {
   const auto prefetch = static_cast<int>(int_flag(parsed, "bench data", "prefetch", "4"));
   const bool cold = parsed.has("cold");
   const std::string data_io = parsed.has("data-io") ? parsed.flags.at("data-io") : "mmap";
-  if (data_io != "mmap" && data_io != "posix") {
+  config::DataIo io = config::DataIo::kMmap;
+  if (!config::parse_choice(data_io, io) || io == config::DataIo::kMpio) {
     throw ConfigError("bench data: --data-io must be mmap or posix (mpio: --io), not '" + data_io + "'");
   }
-  const data::ShardAccess access = data::shard_access(data_io == "mmap" ? config::DataIo::kMmap : config::DataIo::kPosix);
+  const data::ShardAccess access = data::shard_access(io);
   if (batch < 1 || repeats < 1 || prefetch < 1) {
     throw ConfigError("bench data: --batch-size, --repeats and --prefetch must be >= 1");
   }

@@ -267,9 +267,7 @@ int run_doctor(const Args& args) {
     binding_failure = e.what();
   }
   // Devices are bound below, where a rank that cannot bind one still reports.
-  RankStart start;
-  start.log = config.log;
-  start.timeout_s = config.dist.timeout_s;
+  RankStart start = config_start(config, use_cuda);
   start.whole_allocation = true;
   start.bind_device = false;
   const Ranks ranks = start_ranks(start);

@@ -40,14 +40,7 @@ int run_eval(const Args& args) {
   train::TrainingSetup setup = train::prepare_training(parsed.config, /*need_train_split=*/false);
   const ckpt::CheckpointMeta meta = ckpt::read_checkpoint(path, train::model_state(*setup.model));
 
-  RankStart start;
-  start.log = parsed.config.log;
-  start.timeout_s = parsed.config.dist.timeout_s;
-  start.use_cuda = setup.use_cuda;
-  start.allow_shared_gpu = parsed.config.dist.allow_shared_gpu;
-  start.preflight = &parsed.config;
-  start.backend = parsed.config.dist.backend;
-  const Ranks ranks = start_ranks(start);
+  const Ranks ranks = start_ranks(config_start(parsed.config, setup.use_cuda));
   log_banner(*ranks.bootstrap, setup.threads);
   setup.model->module().to(ranks.device);
   const train::EvalResult result = train::evaluate(*setup.model, *setup.eval, *ranks.comm,

@@ -142,6 +142,17 @@ double default_timeout_s() {
   return std::stod(config::find_option("dist.timeout_s")->default_text.value());
 }
 
+RankStart config_start(const config::Config& config, bool use_cuda) {
+  RankStart start;
+  start.log = config.log;
+  start.timeout_s = config.dist.timeout_s;
+  start.use_cuda = use_cuda;
+  start.allow_shared_gpu = config.dist.allow_shared_gpu;
+  start.preflight = &config;
+  start.backend = config.dist.backend;
+  return start;
+}
+
 RankStart bench_start(bool use_cuda, std::optional<config::Backend> backend) {
   RankStart start;
   start.log.level = config::LogLevel::kInfo;

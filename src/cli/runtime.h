@@ -58,6 +58,10 @@ std::unique_ptr<comm::Bootstrap> start_mpi(const config::LogConfig& log_config, 
 // dist.timeout_s's default, for commands that take no config (bench).
 double default_timeout_s();
 
+// The start of a command that takes a config (train, eval, doctor): its logging, dist.timeout_s,
+// GPU sharing, the full preflight and dist.backend's communicator; `use_cuda`: dist.device resolved.
+RankStart config_start(const config::Config& config, bool use_cuda);
+
 // A bench command's start: INFO logging, dist.timeout_s's default, no GPU shared between ranks
 // (it would skew the figures), and `backend`'s communicator if given.
 RankStart bench_start(bool use_cuda, std::optional<config::Backend> backend);

@@ -48,14 +48,8 @@ int run_train(const Args& args) {
     activity::set_limit(activity::Kind::kCheckpoint, config.dist.timeout_s, "dist.timeout_s");
   }
   // All ranks agree on versions, config and GPU binding before anything is written.
-  RankStart start;
-  start.log = config.log;
-  start.timeout_s = config.dist.timeout_s;
+  RankStart start = config_start(config, setup.use_cuda);
   start.whole_allocation = true;
-  start.use_cuda = setup.use_cuda;
-  start.allow_shared_gpu = config.dist.allow_shared_gpu;
-  start.preflight = &config;
-  start.backend = config.dist.backend;
   const Ranks ranks = start_ranks(start);
   const comm::Bootstrap* bootstrap = ranks.bootstrap.get();
   train::check_world_fits(setup, bootstrap->world_size());

@@ -141,15 +141,6 @@ ResumeFrom parse_resume(const std::string& text) {
   return {ResumeFrom::Kind::kPath, text};
 }
 
-std::string render_resume(const ResumeFrom& resume) {
-  switch (resume.kind) {
-    case ResumeFrom::Kind::kAuto: return "auto";
-    case ResumeFrom::Kind::kNone: return "none";
-    case ResumeFrom::Kind::kPath: break;
-  }
-  return resume.path;
-}
-
 template <typename T>
 T parse_as(const std::string& text) {
   if constexpr (std::is_same_v<T, std::int64_t>) return parse_int(text);
@@ -167,7 +158,7 @@ std::string render_as(const T& value) {
   if constexpr (std::is_same_v<T, bool>) return value ? "true" : "false";
   if constexpr (std::is_same_v<T, std::string>) return value;
   if constexpr (std::is_enum_v<T>) return name_of(value);
-  if constexpr (std::is_same_v<T, ResumeFrom>) return render_resume(value);
+  if constexpr (std::is_same_v<T, ResumeFrom>) return value.text();
 }
 
 // One row: binds "section.key" to Config::*section .*field with its type, default, help and rule.

@@ -2,7 +2,6 @@
 // checkpoint read into the run's Step, and what a change of world size means for the run.
 #include <torch/torch.h>
 
-#include "hpctrain/config/option_table.h"
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
@@ -17,7 +16,7 @@ std::optional<Resumed> Checkpointer::resume(Step& step, std::int64_t accumulatio
   const std::string chosen = choose();
   if (chosen.empty()) {
     log::info("starting fresh (ckpt.resume={}; no checkpoint to continue from)",
-              config::find_option("ckpt.resume")->render(config_));
+              config_.ckpt.resume.text());
     return std::nullopt;
   }
   const ckpt::CheckpointReader reader(chosen);

@@ -78,6 +78,9 @@ struct ResumeFrom {
   enum class Kind { kAuto, kNone, kPath };
   Kind kind = Kind::kAuto;
   std::string path;  // of kPath
+
+  // As the option is written: "auto", "none" or the path.
+  std::string text() const { return kind == Kind::kAuto ? "auto" : kind == Kind::kNone ? "none" : path; }
 };
 
 struct RunConfig {
