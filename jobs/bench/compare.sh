@@ -8,7 +8,9 @@
 # Cases, every rank with one intra-op thread:
 #   fashion_cnn, 2 ranks, batch 64 and batch 8 per rank (samples/s), and 1 rank at batch 64
 #   (scaling efficiency = rate at 2 ranks / (2 x rate at 1 rank));
-#   the gpt of configs/text_gpt.ini, 2 ranks, batch 32 (tokens/s), on Debian's licence texts.
+#   the gpt of configs/text_gpt.ini, 2 ranks, batch 32 (tokens/s), on Debian's licence texts;
+#   fashion_cnn, 2 ranks, batch 64, with the optimizer state sharded: dist.zero_stage=1 against
+#   torch.distributed.optim.ZeroRedundancyOptimizer.
 # Rates are taken over the steps after the first --warmup (hpctrain: its progress records after
 # the first; the reference: timed from the end of that step). Peak RSS is rank 0's. Time to the
 # first step: from just before the launcher starts to the end of rank 0's first optimizer step
@@ -107,12 +109,15 @@ print(sys.argv[2], "pytorch-" + sys.argv[3], r["rate"], r["peak_rss_mb"][0], r["
     "$out/last-reference.log" "$name" "$malloc" >> "$results"
 }
 
-# one_case CASE RANKS BATCH STEPS WARMUP: hpctrain, then both references, for one model.
+# cnn_case CASE RANKS BATCH [ZERO_STAGE]: hpctrain, then both references, for fashion_cnn; with
+# ZERO_STAGE 1, hpctrain's dist.zero_stage=1 against ZeroRedundancyOptimizer.
 cnn_case() {
+  local zero=()
+  [ -n "${4:-}" ] && zero=(--zero)
   run_hpctrain "$1" "$2" "$3" "$cnn_steps" "$cnn_warmup" configs/fashion_cnn.ini samples_per_s \
-    --data.path="$out/fashion-mnist"
+    --data.path="$out/fashion-mnist" --dist.zero_stage="${4:-0}"
   for malloc in default tuned; do
-    run_reference "$1" "$2" "$3" "$cnn_steps" "$cnn_warmup" "$malloc" --model fashion_cnn --data "$fashion"
+    run_reference "$1" "$2" "$3" "$cnn_steps" "$cnn_warmup" "$malloc" --model fashion_cnn --data "$fashion" "${zero[@]}"
   done
 }
 gpt_case() {
@@ -127,6 +132,7 @@ for pair in $(seq "$pairs"); do
   cnn_case fashion_cnn-b64-2r 2 64
   cnn_case fashion_cnn-b8-2r 2 8
   cnn_case fashion_cnn-b64-1r 1 64
+  cnn_case fashion_cnn-b64-2r-zero1 2 64 1
   gpt_case
 done
 
@@ -200,7 +206,9 @@ def cell(case, program):
 cases = [("fashion_cnn-b64-2r", "fashion_cnn, 2 ranks x 1 thread, batch 64, samples/s", 1.05),
          ("fashion_cnn-b8-2r", "fashion_cnn, 2 ranks x 1 thread, batch 8, samples/s", 1.3),
          ("fashion_cnn-b64-1r", "fashion_cnn, 1 rank, batch 64, samples/s", None),
-         ("gpt", "gpt (text_gpt.ini), 2 ranks, batch 32, tokens/s", None)]
+         ("gpt", "gpt (text_gpt.ini), 2 ranks, batch 32, tokens/s", None),
+         ("fashion_cnn-b64-2r-zero1", "fashion_cnn, 2 ranks, batch 64, dist.zero_stage=1 vs ZeroRedundancyOptimizer, "
+          "samples/s", 1.1)]
 lines = [f"{day}, {cpu}, {cores} cores; {version}; PyTorch: Debian's python3-torch, gloo.",
          f"Median (min–max) of {len(rates['gpt', 'hpctrain'])} alternating runs each.", "",
          "| case | hpctrain | PyTorch DDP | PyTorch DDP, tuned malloc | hpctrain / faster PyTorch | target |",
@@ -218,6 +226,9 @@ for program in ("hpctrain", "pytorch-default", "pytorch-tuned"):
 for program in ("hpctrain", "pytorch-default", "pytorch-tuned"):
     lines.append(f"| peak RSS of rank 0, fashion_cnn b64 2 ranks, {program} | "
                  f"{statistics.median(rss['fashion_cnn-b64-2r', program]):,.0f} MiB | | | | hpctrain <= 0.6x |")
+for program in ("hpctrain", "pytorch-default", "pytorch-tuned"):
+    lines.append(f"| peak RSS of rank 0, fashion_cnn b64 2 ranks, ZeRO stage 1, {program} | "
+                 f"{statistics.median(rss['fashion_cnn-b64-2r-zero1', program]):,.0f} MiB | | | | hpctrain <= 0.8x |")
 launch = {p: statistics.median(first["fashion_cnn-b64-2r", p]) for p in ("hpctrain", "pytorch-default", "pytorch-tuned")}
 lines.append(f"| launch to the end of the first step, fashion_cnn b64 2 ranks, s | {launch['hpctrain']:.2f} | "
              f"{launch['pytorch-default']:.2f} | {launch['pytorch-tuned']:.2f} | "

@@ -165,6 +165,14 @@ def check_state_dict(args, model):
     print(json.dumps(result))
 
 
+def adamw(args, params, **options):
+    """AdamW, or with --zero AdamW sharded over the ranks (PyTorch's ZeRO stage 1)."""
+    if not args.zero:
+        return torch.optim.AdamW(params, **options)
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, **options)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", choices=["fashion_cnn", "gpt"], required=True)
@@ -178,6 +186,8 @@ def main():
     parser.add_argument("--embd", type=int, default=128)
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--check-state-dict", metavar="FILE")
+    parser.add_argument("--zero", action="store_true",
+                        help="shard AdamW's state with torch.distributed.optim.ZeroRedundancyOptimizer")
     parser.add_argument("--test-fraction", type=float, default=0.1)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -195,7 +205,7 @@ def main():
     if args.model == "fashion_cnn":
         args.batch_size = args.batch_size or 64
         model = FashionCnn()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=0.002, weight_decay=1e-4)
+        optimizer = adamw(args, model.parameters(), lr=0.002, weight_decay=1e-4)
         schedule = None
         batches = fashion_batches(args, rank, world)
         per_step = args.batch_size * world
@@ -204,8 +214,8 @@ def main():
         model = Gpt(256, args.block_size, args.layers, args.heads, args.embd, args.dropout)
         decay = [p for p in model.parameters() if p.dim() >= 2]
         no_decay = [p for p in model.parameters() if p.dim() < 2]
-        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                                       {"params": no_decay, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.99))
+        optimizer = adamw(args, [{"params": decay, "weight_decay": 0.1},
+                                 {"params": no_decay, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.99))
         total = args.steps
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda s: (s + 1) / 100 if s < 100 else 0.5 * (1 + math.cos(math.pi * (s - 100) / max(1, total - 100))))
@@ -234,7 +244,8 @@ def main():
     rss = [None] * world
     dist.all_gather_object(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     if rank == 0:
-        print(json.dumps({"framework": f"pytorch {torch.__version__} DDP gloo", "model": args.model,
+        framework = f"pytorch {torch.__version__} DDP gloo" + (" ZeroRedundancyOptimizer" if args.zero else "")
+        print(json.dumps({"framework": framework, "model": args.model,
                           "world_size": world, "batch_size": args.batch_size,
                           "rate": per_step * (args.steps - args.warmup) / elapsed,
                           "unit": "tokens/s" if args.model == "gpt" else "samples/s",

@@ -59,6 +59,29 @@ void write_group(io::H5File& file, const std::string& group, const NamedTensors&
   }
 }
 
+// A sharded tensor's dataset is chunked by about 4 MiB of rows, so the ranks that write parts of it
+// in turn mostly write chunks of their own, each rewriting only the chunks it shares with a
+// neighbour; replicated tensors are one chunk each (write_group).
+constexpr std::int64_t kSliceChunkBytes = std::int64_t{4} << 20;
+
+void write_slices(io::H5File& file, const std::string& group, const TensorSlices& slices) {
+  for (const TensorSlice& slice : slices) {
+    const at::Tensor host = slice.data.detach().to(at::kCPU).contiguous();
+    const io::DType dtype = io_dtype(host.scalar_type(), slice.name);
+    const std::string path = group + "/" + slice.name;
+    if (!file.exists(path)) {
+      io::WriteOptions options;
+      if (!slice.shape.empty() && slice.shape[0] > 0) {
+        std::int64_t row = static_cast<std::int64_t>(io::dtype_size(dtype));
+        for (size_t d = 1; d < slice.shape.size(); ++d) row *= std::max<std::int64_t>(1, slice.shape[d]);
+        options.chunk_rows = std::clamp<std::int64_t>(kSliceChunkBytes / row, 1, slice.shape[0]);
+      }
+      file.create(path, dtype, slice.shape, options);
+    }
+    file.write_range(path, dtype, slice.offset, host.numel(), host.data_ptr());
+  }
+}
+
 // `<dir>/<pointer>` holds `name`, replaced atomically.
 void point_at(const std::string& dir, const std::string& pointer, const std::string& name) {
   const fs::path temp = fs::path(dir) / (pointer + ".tmp-" + std::to_string(getpid()));
@@ -89,13 +112,17 @@ auto as_checkpoint_error(F&& body) {
 }  // namespace
 
 Checkpoint host_copy(const Checkpoint& checkpoint) {
-  Checkpoint copy{checkpoint.meta, {}};
+  const auto on_host = [](const at::Tensor& tensor) {
+    return tensor.detach().to(tensor.options().device(at::kCPU), /*non_blocking=*/false, /*copy=*/true,
+                              at::MemoryFormat::Contiguous);
+  };
+  Checkpoint copy{checkpoint.meta, {}, checkpoint.slices};
   for (const auto& [group, tensors] : checkpoint.groups) {
     NamedTensors& to = copy.groups[group];
-    for (const auto& [name, tensor] : tensors) {
-      to.emplace_back(name, tensor.detach().to(tensor.options().device(at::kCPU), /*non_blocking=*/false,
-                                               /*copy=*/true, at::MemoryFormat::Contiguous));
-    }
+    for (const auto& [name, tensor] : tensors) to.emplace_back(name, on_host(tensor));
+  }
+  for (auto& [group, slices] : copy.slices) {
+    for (TensorSlice& slice : slices) slice.data = on_host(slice.data);
   }
   return copy;
 }
@@ -105,10 +132,13 @@ std::string checkpoint_path(const std::string& dir, std::int64_t step) {
 }
 
 std::string write_checkpoint(const std::string& dir, const Checkpoint& checkpoint) {
+  return publish_checkpoint(dir, start_checkpoint(dir, checkpoint), checkpoint.meta.step);
+}
+
+std::string start_checkpoint(const std::string& dir, const Checkpoint& checkpoint) {
   const CheckpointMeta& meta = checkpoint.meta;
   const fs::path target = checkpoint_path(dir, meta.step);
-  const std::string name = target.filename().string();
-  const fs::path temp = fs::path(dir) / (name + ".tmp-" + std::to_string(getpid()));
+  const fs::path temp = fs::path(dir) / (target.filename().string() + ".tmp-" + std::to_string(getpid()));
   try {
     fs::create_directories(dir);
     io::H5File file = io::H5File::create(temp.string(), kCode);
@@ -123,10 +153,8 @@ std::string write_checkpoint(const std::string& dir, const Checkpoint& checkpoin
     file.set_attr("config", meta.config_text);
     file.set_attr("created", meta.created);
     for (const auto& [group, tensors] : checkpoint.groups) write_group(file, group, tensors);
+    for (const auto& [group, slices] : checkpoint.slices) write_slices(file, group, slices);
     file.close();
-    sys::publish_atomically(temp.string(), target.string());
-
-    point_at(dir, "latest", name);
   } catch (const Error& e) {
     std::error_code ignored;
     fs::remove(temp, ignored);
@@ -136,7 +164,37 @@ std::string write_checkpoint(const std::string& dir, const Checkpoint& checkpoin
     fs::remove(temp, ignored);
     throw CheckpointError(std::string("writing checkpoint ") + target.string() + ": " + e.what());
   }
+  return temp.string();
+}
+
+void add_slices(const std::string& temp_path, const std::map<std::string, TensorSlices>& slices) {
+  try {
+    io::H5File file = io::H5File::open_write(temp_path, kCode);
+    for (const auto& [group, part] : slices) write_slices(file, group, part);
+    file.close();
+  } catch (const Error& e) {
+    throw CheckpointError(std::string("writing this rank's part of checkpoint ") + temp_path + ": " + e.what());
+  }
+}
+
+std::string publish_checkpoint(const std::string& dir, const std::string& temp_path, std::int64_t step) {
+  const fs::path target = checkpoint_path(dir, step);
+  try {
+    sys::publish_atomically(temp_path, target.string());
+    point_at(dir, "latest", target.filename().string());
+  } catch (const Error& e) {
+    discard_checkpoint(temp_path);
+    throw CheckpointError(std::string("writing checkpoint ") + target.string() + ": " + e.what());
+  } catch (const fs::filesystem_error& e) {
+    discard_checkpoint(temp_path);
+    throw CheckpointError(std::string("writing checkpoint ") + target.string() + ": " + e.what());
+  }
   return target.string();
+}
+
+void discard_checkpoint(const std::string& temp_path) {
+  std::error_code ignored;
+  fs::remove(temp_path, ignored);
 }
 
 CheckpointReader::CheckpointReader(const std::string& path)
@@ -168,6 +226,29 @@ void CheckpointReader::read_meta() {
 }
 
 bool CheckpointReader::has_group(const std::string& group) const { return file_.exists(group); }
+
+bool CheckpointReader::has(const std::string& group, const std::string& name) const {
+  return as_checkpoint_error([&] { return file_.exists(group + "/" + name); });
+}
+
+std::vector<std::int64_t> CheckpointReader::stored_shape(const std::string& group, const std::string& name) const {
+  return as_checkpoint_error([&] { return file_.info(group + "/" + name).shape; });
+}
+
+void CheckpointReader::read_slice(const std::string& group, const std::string& name, std::int64_t offset,
+                                  const at::Tensor& out) const {
+  as_checkpoint_error([&] {
+    const std::string path = group + "/" + name;
+    const io::DatasetInfo info = file_.info(path);
+    const io::DType dtype = io_dtype(out.scalar_type(), name);
+    if (info.dtype != dtype) {
+      throw CheckpointError(path_ + ": " + path + " is " + io::dtype_name(info.dtype) + " in the checkpoint but " +
+                            io::dtype_name(dtype) + " here");
+    }
+    HT_CHECK(out.is_contiguous() && out.device().is_cpu(), "read_slice into a contiguous host tensor");
+    file_.read_range(path, dtype, offset, out.numel(), out.data_ptr());
+  });
+}
 
 void CheckpointReader::read_into(const std::string& group, const NamedTensors& targets) const {
   as_checkpoint_error([&] { read_into_unchecked(group, targets); });

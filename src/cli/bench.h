@@ -5,13 +5,31 @@
 
 #include <algorithm>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "hpctrain/comm/bootstrap.h"
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/timer.h"
+#include "hpctrain/model/model.h"
 
 namespace hpctrain::cli {
+
+// `name`'s value, or `fallback` when the flag is absent.
+std::string text_flag(const config::ParsedArgs& parsed, const std::string& name, const std::string& fallback);
+
+// The model bench step times (--model and, for gpt, its size flags) and what one sample of its
+// input is.
+struct BenchModel {
+  config::ModelConfig config;
+  model::ModelSpec spec;
+  std::int64_t default_batch = 64;
+};
+BenchModel bench_model(const config::ParsedArgs& parsed);
+
+// `bench step --zero-stage S` (bench_sharded_step.cpp): whole optimizer steps with `dist.zero_stage`
+// S and the memory they hold.
+int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench);
 
 int bench_data(const config::ParsedArgs& parsed);
 int bench_comm(const config::ParsedArgs& parsed);

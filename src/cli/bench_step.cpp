@@ -32,7 +32,8 @@ const char* const kStepUsage =
     "usage: [mpirun -np N] hpctrain bench step [--model fashion_cnn|mlp|resnet|gpt] [--batch-size N]\n"
     "                                          [--steps 20] [--bucket-mb 25] [--device cpu|cuda]\n"
     "                                          [--precision fp32|bf16|fp16] [--tf32 true|false]\n"
-    "         gpt only: [--layers 12] [--heads 12] [--embd 768] [--block-size 1024] [--vocab 50257]\n\n"
+    "         gpt only: [--layers 12] [--heads 12] [--embd 768] [--block-size 1024] [--vocab 50257]\n"
+    "         sharding: --zero-stage 0|1|2 [--optimizer adamw|sgd]\n\n"
     "Times one training step of --model on random data, batch --batch-size per rank (default 64;\n"
     "8 for gpt): classifiers on Fashion-MNIST-shaped samples (1x28x28, 10 classes); gpt, by\n"
     "default GPT-2 small (124 M parameters), on windows of --block-size random tokens. Cases:\n"
@@ -46,7 +47,12 @@ const char* const kStepUsage =
     "train.precision and train.tf32 do (fp16 without loss scaling: the step is timed, not\n"
     "trained). Model TFLOP/s per device: the FLOPs training counts\n"
     "(3x the first forward's) over the case's time; MFU against the peak train.peak_tflops\n"
-    "would use on a known GPU (none on a CPU or in full float32).\n";
+    "would use on a known GPU (none on a CPU or in full float32).\n"
+    "With --zero-stage, instead: whole optimizer steps as training takes them (forward, backward,\n"
+    "reduction, --optimizer, default adamw, and with stages 1 and 2 the all-gather) at\n"
+    "dist.zero_stage S, the bytes each rank holds, and the growth of peak RSS over the RSS before\n"
+    "the model was built (largest rank): run it once per stage and compare\n"
+    "(jobs/bench/zero.sh alternates them).\n";
 
 // Seconds of each of `works` in each of `steps` timed steps (this rank's), after 3 untimed runs
 // of each. Several works are timed in turn, step by step, in alternating order (a b, b a, a b,
@@ -84,16 +90,11 @@ std::vector<double> differences(const std::vector<double>& a, const std::vector<
   return out;
 }
 
+}  // namespace
+
 std::string text_flag(const config::ParsedArgs& parsed, const std::string& name, const std::string& fallback) {
   return parsed.has(name) ? parsed.flags.at(name) : fallback;
 }
-
-// The model to time and what one sample of its input is.
-struct BenchModel {
-  config::ModelConfig config;
-  model::ModelSpec spec;
-  std::int64_t default_batch = 64;
-};
 
 BenchModel bench_model(const config::ParsedArgs& parsed) {
   BenchModel bench;
@@ -129,12 +130,11 @@ BenchModel bench_model(const config::ParsedArgs& parsed) {
   return bench;
 }
 
-}  // namespace
-
 const char* bench_step_usage() { return kStepUsage; }
 
 int bench_step(const config::ParsedArgs& parsed) {
   const BenchModel bench = bench_model(parsed);
+  if (parsed.has("zero-stage")) return bench_sharded_step(parsed, bench);
   const model::ModelSpec& spec = bench.spec;
   const std::int64_t batch = int_flag(parsed, "bench step", "batch-size", std::to_string(bench.default_batch));
   const auto steps = static_cast<int>(int_flag(parsed, "bench step", "steps", "20"));

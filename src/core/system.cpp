@@ -77,6 +77,14 @@ std::int64_t peak_rss_bytes() {
   return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
+std::int64_t current_rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::int64_t pages = 0;
+  std::int64_t resident = 0;
+  if (!(statm >> pages >> resident)) return 0;
+  return resident * static_cast<std::int64_t>(sysconf(_SC_PAGESIZE));
+}
+
 double process_age_s() {
   // Field 22 of /proc/self/stat, after the command name in parentheses (which may hold spaces):
   // the start time in clock ticks since boot; /proc/uptime: seconds since boot.

@@ -1,6 +1,7 @@
 #include "hpctrain/core/units.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <utility>
 #include <vector>
@@ -23,6 +24,24 @@ std::int64_t parse_bytes(const std::string& text, const std::string& what) {
     }
   }
   throw ConfigError(what + ": '" + text + "' is not a size (examples: 1048576, 64KiB, 64MiB, 1GB)");
+}
+
+std::string bytes_text(std::int64_t bytes) {
+  const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < sizeof(units) / sizeof(units[0])) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[32];
+  if (unit == 0) {
+    std::snprintf(text, sizeof(text), "%lld B", static_cast<long long>(bytes));
+  } else {
+    std::snprintf(text, sizeof(text), value >= 100 ? "%.0f %s" : value >= 10 ? "%.1f %s" : "%.2f %s", value,
+                  units[unit]);
+  }
+  return text;
 }
 
 }  // namespace hpctrain

@@ -15,6 +15,7 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/ddp/bucket_plan.h"
+#include "hpctrain/ddp/shard_plan.h"
 
 namespace hpctrain::ddp {
 
@@ -45,6 +46,13 @@ class AfterAccumulation final : public torch::autograd::FunctionPostHook {
 // GradSync is made and again before each backward, for an optimizer whose zero_grad() drops them
 // (libtorch 2's set_to_none) instead of zeroing them. A .grad() found elsewhere (a frozen
 // parameter's, or one replaced) is copied into its slot at launch and the average copied back.
+//
+// Sharded (ZeRO 1): the same buckets, padded with zeros to a multiple of the world size, are
+// reduce-scattered into each rank's shard; the .grad() slots keep the rank's own sums, which only
+// the next step's zeroing touches. Released (ZeRO 2): no bucket exists between steps. Autograd
+// makes and accumulates each .grad() as without GradSync; a bucket is allocated when it launches,
+// the gradients copied in and dropped, and the bucket freed as soon as its reduce-scatter is seen
+// complete (at a later launch, or in average_gradients()).
 
 struct GradSync::State {
   comm::Communicator& comm;
@@ -53,6 +61,10 @@ struct GradSync::State {
   std::vector<Bucket> plan;
   std::vector<at::Tensor> buffers;       // bucket -> its flat buffer
   std::vector<at::Tensor> wire;          // bucket -> what travels (compression), or its buffer
+  std::vector<std::int64_t> padded;      // bucket -> its buffer's length (a multiple of size() when sharded)
+  std::vector<at::Tensor> shards;        // bucket -> this rank's averaged chunk (sharded)
+  std::vector<at::Tensor> shard_wire;    // bucket -> the chunk as it arrives (compression), or its shard
+  std::vector<char> finished;            // bucket -> its reduction was waited for this step
   std::vector<size_t> bucket_of;         // parameter -> bucket
   std::vector<std::int64_t> offset_of;   // parameter -> offset in its bucket's buffer
   std::vector<const void*> slot_data;    // parameter -> where its slot starts
@@ -73,6 +85,12 @@ struct GradSync::State {
   State(comm::Communicator& c, std::vector<at::Tensor> p, GradSyncOptions o)
       : comm(c), parameters(std::move(p)), options(o) {}
 
+  bool sharded() const { return options.reduction != Reduction::kAllreduce; }
+  bool releases() const { return options.reduction == Reduction::kReduceScatterAndRelease; }
+  bool compresses(const at::Tensor& like) const {
+    return options.wire_dtype != c10::ScalarType::Undefined && options.wire_dtype != like.scalar_type();
+  }
+
   at::Tensor slot(size_t i) const {
     return buffers[bucket_of[i]].narrow(0, offset_of[i], parameters[i].numel());
   }
@@ -80,10 +98,11 @@ struct GradSync::State {
   // Whether parameter i's .grad() is its slot (Note [Gradients in buckets]).
   bool grad_in_slot(size_t i) const {
     const at::Tensor& grad = parameters[i].grad();
-    return grad.defined() && grad.data_ptr() == slot_data[i];
+    return slot_data[i] != nullptr && grad.defined() && grad.data_ptr() == slot_data[i];
   }
 
   void put_gradients_in_slots() {
+    if (releases()) return;  // autograd's own .grad() tensors until launch
     c10::NoGradGuard no_grad;
     for (size_t i = 0; i < parameters.size(); ++i) {
       if (!accumulators[i] || grad_in_slot(i)) continue;
@@ -116,6 +135,7 @@ struct GradSync::State {
 
   void launch(size_t b) {
     c10::NoGradGuard no_grad;
+    if (releases()) buffers[b] = at::zeros({padded[b]}, parameters.front().options());
     for (const size_t i : plan[b].parameters) {
       if (grad_in_slot(i)) continue;  // what backward accumulated, or what .grad() held
       const at::Tensor& grad = parameters[i].grad();
@@ -124,9 +144,40 @@ struct GradSync::State {
       } else {
         slot(i).zero_();
       }
+      if (releases()) parameters[i].mutable_grad().reset();  // the bucket holds it now
     }
-    if (!wire[b].is_same(buffers[b])) wire[b].copy_(buffers[b]);
-    works[b] = comm.allreduce(wire[b], comm::ReduceOp::kAvg);
+    if (releases()) {
+      wire[b] = compresses(buffers[b]) ? buffers[b].to(options.wire_dtype) : buffers[b];
+      if (!wire[b].is_same(buffers[b])) buffers[b].reset();
+    } else if (!wire[b].is_same(buffers[b])) {
+      wire[b].copy_(buffers[b]);
+    }
+    works[b] = sharded() ? comm.reduce_scatter(wire[b], shard_wire[b], comm::ReduceOp::kAvg)
+                         : comm.allreduce(wire[b], comm::ReduceOp::kAvg);
+    if (releases()) finish_completed(b);
+  }
+
+  // Waits for bucket b's reduction and puts its result in place; a released bucket is freed.
+  void finish(size_t b) {
+    works[b]->wait();
+    works[b].reset();  // a Work may hold its tensors: released with it
+    if (sharded()) {
+      if (!shard_wire[b].is_same(shards[b])) shards[b].copy_(shard_wire[b]);
+    } else if (!wire[b].is_same(buffers[b])) {
+      buffers[b].copy_(wire[b]);
+    }
+    if (releases()) {
+      buffers[b].reset();
+      wire[b].reset();
+    }
+    finished[b] = 1;
+  }
+
+  // The buckets before `b` whose reduction has completed, finished without waiting.
+  void finish_completed(size_t b) {
+    for (size_t j = 0; j < b; ++j) {
+      if (!finished[j] && works[j]->is_completed()) finish(j);
+    }
   }
 };
 
@@ -150,18 +201,26 @@ GradSync::GradSync(comm::Communicator& comm, std::vector<at::Tensor> parameters,
       s.offset_of[i] = offset;
       offset += numels[i];
     }
-    s.buffers.push_back(at::empty({s.plan[b].numel}, s.parameters.front().options()));
-    const bool compress = options.wire_dtype != c10::ScalarType::Undefined &&
-                          options.wire_dtype != s.buffers.back().scalar_type();
-    s.wire.push_back(compress ? at::empty({s.plan[b].numel}, s.buffers.back().options().dtype(options.wire_dtype))
-                              : s.buffers.back());
+    const auto like = s.parameters.front().options();
+    const auto wire_like = like.dtype(s.compresses(s.parameters.front()) ? options.wire_dtype : like.dtype().toScalarType());
+    s.padded.push_back(s.sharded() ? padded_numel(s.plan[b].numel, comm.size()) : s.plan[b].numel);
+    // Zeros: the padding of a sharded bucket is never written and must add nothing.
+    s.buffers.push_back(s.releases() ? at::Tensor() : at::zeros({s.padded[b]}, like));
+    s.wire.push_back(s.releases() || !s.compresses(s.parameters.front()) ? s.buffers.back()
+                                                                         : at::empty({s.padded[b]}, wire_like));
+    if (s.sharded()) {
+      const std::int64_t chunk = s.padded[b] / comm.size();
+      s.shards.push_back(at::zeros({chunk}, like));
+      s.shard_wire.push_back(s.compresses(s.parameters.front()) ? at::empty({chunk}, wire_like) : s.shards.back());
+    }
   }
   s.filled.assign(s.parameters.size(), 0);
   s.missing.assign(s.plan.size(), 0);
   s.works.resize(s.plan.size());
+  s.finished.assign(s.plan.size(), 0);
   s.accumulators.resize(s.parameters.size());
   s.hook_keys.assign(s.parameters.size(), 0);
-  s.alone = comm.size() == 1;
+  s.alone = comm.size() == 1 && !s.sharded();
   for (size_t i = 0; i < s.parameters.size() && !s.alone; ++i) {
     if (!s.parameters[i].requires_grad()) continue;  // frozen: never gets a gradient
     State* state = state_.get();
@@ -170,7 +229,9 @@ GradSync::GradSync(comm::Communicator& comm, std::vector<at::Tensor> parameters,
     s.hook_keys[i] = s.accumulators[i]->add_post_hook(
         std::make_unique<AfterAccumulation>([state, i] { state->on_accumulated(i); }));
   }
-  for (size_t i = 0; i < s.parameters.size(); ++i) s.slot_data.push_back(s.slot(i).data_ptr());
+  for (size_t i = 0; i < s.parameters.size(); ++i) {
+    s.slot_data.push_back(s.releases() ? nullptr : s.slot(i).data_ptr());
+  }
   s.put_gradients_in_slots();
 }
 
@@ -198,13 +259,12 @@ void GradSync::average_gradients() {
   }
   c10::NoGradGuard no_grad;
   for (size_t b = 0; b < s.plan.size(); ++b) {
-    s.works[b]->wait();
-    if (!s.wire[b].is_same(s.buffers[b])) s.buffers[b].copy_(s.wire[b]);
+    if (!s.finished[b]) s.finish(b);
   }
   s.unused.clear();
   for (size_t i = 0; i < s.parameters.size(); ++i) {
     if (!s.filled[i]) s.unused.push_back(i);
-    if (s.grad_in_slot(i)) continue;  // averaged in place
+    if (s.sharded() || s.grad_in_slot(i)) continue;  // in the shards, or averaged in place
     at::Tensor averaged = s.slot(i).view(s.parameters[i].sizes());
     if (s.parameters[i].grad().defined()) {
       s.parameters[i].mutable_grad().copy_(averaged);
@@ -222,6 +282,7 @@ void GradSync::average_gradients() {
   std::fill(s.filled.begin(), s.filled.end(), 0);
   std::fill(s.missing.begin(), s.missing.end(), 0);
   for (auto& work : s.works) work.reset();
+  std::fill(s.finished.begin(), s.finished.end(), 0);
   s.next_launch = 0;
   s.last_backward = false;
 }
@@ -233,6 +294,27 @@ std::int64_t GradSync::numel() const {
 }
 
 size_t GradSync::bucket_count() const { return state_->plan.size(); }
+
+const std::vector<Bucket>& GradSync::buckets() const { return state_->plan; }
+
+const at::Tensor& GradSync::shard(size_t b) const {
+  HT_CHECK(state_->sharded() && b < state_->shards.size(), "a shard of a sharded reduction");
+  return state_->shards[b];
+}
+
+std::int64_t GradSync::gradient_bytes() const {
+  const State& s = *state_;
+  std::int64_t bytes = 0;
+  const auto add = [&bytes](const at::Tensor& t) { bytes += t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0; };
+  for (size_t b = 0; b < s.plan.size(); ++b) {
+    add(s.buffers[b]);
+    if (!s.wire[b].is_same(s.buffers[b])) add(s.wire[b]);
+    if (!s.sharded()) continue;
+    add(s.shards[b]);
+    if (!s.shard_wire[b].is_same(s.shards[b])) add(s.shard_wire[b]);
+  }
+  return bytes;
+}
 
 std::vector<size_t> GradSync::last_unused() const { return state_->unused; }
 

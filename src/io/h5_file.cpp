@@ -183,8 +183,28 @@ H5File H5File::open_read(const std::string& path, ExitCode code) {
   return H5File(id, path, code);
 }
 
+H5File H5File::open_write(const std::string& path, ExitCode code) {
+  const LibraryLock lock;
+  silence_hdf5();
+  if (!std::filesystem::is_regular_file(path)) throw Error(path + ": no such file", code);
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  if (id < 0) throw Error(path + ": cannot open HDF5 file for writing: " + hdf5_message(), code);
+  return H5File(id, path, code);
+}
+
 void H5File::write(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape,
                    const void* data, const WriteOptions& options) {
+  const LibraryLock lock;
+  create(name, dtype, shape, options);
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT));
+  if (!set.ok()) fail("cannot open dataset " + name);
+  if (H5Dwrite(set.get(), native_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
+    fail("cannot write dataset " + name);
+  }
+}
+
+void H5File::create(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape,
+                    const WriteOptions& options) {
   const LibraryLock lock;
   const auto dims = to_hsize(shape);
   Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
@@ -202,8 +222,89 @@ void H5File::write(const std::string& name, DType dtype, const std::vector<std::
   Handle set(H5Dcreate2(id_, name.c_str(), native_type(dtype), space.get(), lcpl.get(), dcpl.get(),
                         H5P_DEFAULT));
   if (!set.ok()) fail("cannot create dataset " + name);
-  if (H5Dwrite(set.get(), native_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
-    fail("cannot write dataset " + name);
+}
+
+namespace {
+
+// Selects, in `space` (of `dims`), the elements [lo, hi) counted row-major from `start` (the
+// first `dim` coordinates fixed): a partial first row, whole rows, a partial last row, each
+// recursively, so at most two boxes per dimension. HDF5 visits a selection in row-major order,
+// which is the order of the range.
+void select_range(hid_t space, const std::vector<hsize_t>& dims, std::vector<hsize_t> start, size_t dim, hsize_t lo,
+                  hsize_t hi) {
+  if (lo >= hi) return;
+  hsize_t inner = 1;
+  for (size_t d = dim + 1; d < dims.size(); ++d) inner *= dims[d];
+  const auto box = [&](hsize_t first_row, hsize_t rows) {
+    std::vector<hsize_t> at = start;
+    std::vector<hsize_t> count(dims.size(), 1);
+    at[dim] = first_row;
+    count[dim] = rows;
+    for (size_t d = dim + 1; d < dims.size(); ++d) count[d] = dims[d];
+    H5Sselect_hyperslab(space, H5S_SELECT_OR, at.data(), nullptr, count.data(), nullptr);
+  };
+  if (lo % inner != 0) {  // a partial first row
+    const hsize_t row = lo / inner;
+    const hsize_t end = std::min(hi, (row + 1) * inner);
+    start[dim] = row;
+    select_range(space, dims, start, dim + 1, lo - row * inner, end - row * inner);
+    lo = end;
+  }
+  if (hi / inner > lo / inner) box(lo / inner, hi / inner - lo / inner);
+  if (hi % inner != 0 && hi / inner >= lo / inner && hi > lo) {  // a partial last row
+    const hsize_t row = hi / inner;
+    start[dim] = row;
+    select_range(space, dims, start, dim + 1, 0, hi - row * inner);
+  }
+}
+
+// The file space of `set` with elements [offset, offset + count) selected; an error naming `where`
+// when the range is not within the dataset.
+Handle range_space(hid_t set, const std::string& where, ExitCode code, std::int64_t offset, std::int64_t count) {
+  Handle space(H5Dget_space(set));
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0)));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  hsize_t total = 1;
+  for (const hsize_t d : dims) total *= d;
+  if (rank < 0 || offset < 0 || count < 0 || static_cast<hsize_t>(offset) + static_cast<hsize_t>(count) > total) {
+    throw Error(where + ": elements [" + std::to_string(offset) + ", " + std::to_string(offset + count) +
+                    ") are outside the dataset of " + std::to_string(total),
+                code);
+  }
+  if (rank == 0) return space;  // a scalar: its one element
+  H5Sselect_none(space.get());
+  select_range(space.get(), dims, std::vector<hsize_t>(dims.size(), 0), 0, static_cast<hsize_t>(offset),
+               static_cast<hsize_t>(offset + count));
+  return space;
+}
+
+}  // namespace
+
+void H5File::write_range(const std::string& name, DType dtype, std::int64_t offset, std::int64_t count,
+                         const void* data) {
+  const LibraryLock lock;
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT));
+  if (!set.ok()) fail("cannot open dataset " + name);
+  const Handle file_space = range_space(set.get(), path_ + ": dataset '" + name + "'", code_, offset, count);
+  const hsize_t n = static_cast<hsize_t>(count);
+  const Handle memory_space(H5Screate_simple(1, &n, nullptr));
+  if (count > 0 && H5Dwrite(set.get(), native_type(dtype), memory_space.get(), file_space.get(), H5P_DEFAULT, data) < 0) {
+    fail("cannot write elements of dataset " + name);
+  }
+}
+
+void H5File::read_range(const std::string& name, DType dtype, std::int64_t offset, std::int64_t count,
+                        void* out) const {
+  const LibraryLock lock;
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT));
+  if (!set.ok()) fail("cannot open dataset " + name);
+  check_layout(set.get(), path_ + ": dataset '" + name + "'", code_);
+  const Handle file_space = range_space(set.get(), path_ + ": dataset '" + name + "'", code_, offset, count);
+  const hsize_t n = static_cast<hsize_t>(count);
+  const Handle memory_space(H5Screate_simple(1, &n, nullptr));
+  if (count > 0 && H5Dread(set.get(), native_type(dtype), memory_space.get(), file_space.get(), H5P_DEFAULT, out) < 0) {
+    fail("cannot read elements of dataset " + name + " (corrupted or truncated?)");
   }
 }
 

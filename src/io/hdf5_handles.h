@@ -50,6 +50,8 @@ class Handle {
   }
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
+  Handle(Handle&& other) noexcept : id_(other.id_) { other.id_ = -1; }
+  Handle& operator=(Handle&&) = delete;
   hid_t get() const { return id_; }
   bool ok() const { return id_ >= 0; }
 

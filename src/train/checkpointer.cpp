@@ -26,15 +26,11 @@ std::string utc_now() {
   return text;
 }
 
-// Writes the checkpoint, names it `best` if asked, prunes to `keep_last`, and logs what it cost.
-// `blocked_s`: how long training waited for a background write (ckpt.async); < 0 when training
-// waited for the whole write.
-std::string commit_checkpoint(const std::string& dir, const ckpt::Checkpoint& checkpoint, bool best,
-                              std::int64_t keep_last, double blocked_s) {
-  activity::fault_point("checkpoint-write");
-  const Timer timer;
-  const std::string path = ckpt::write_checkpoint(dir, checkpoint);
-  const double seconds = timer.elapsed_s();
+// After checkpoint `path` was written in `seconds`: names it `best` if asked, prunes to
+// `keep_last`, and logs what it cost. `blocked_s`: how long training waited for a background write
+// (ckpt.async); < 0 when training waited for the whole write.
+void after_write(const std::string& dir, const std::string& path, double seconds, bool best, std::int64_t keep_last,
+                 double blocked_s) {
   if (best) ckpt::mark_best(dir, path);
   ckpt::prune_checkpoints(dir, keep_last);
   const double megabytes = static_cast<double>(std::filesystem::file_size(path)) / 1e6;
@@ -46,6 +42,15 @@ std::string commit_checkpoint(const std::string& dir, const ckpt::Checkpoint& ch
     log::info("checkpoint {} written in the background in {:.2f} s ({:.1f} MB, {:.0f} MB/s); training "
               "waited {:.3f} s", path, seconds, megabytes, rate, blocked_s);
   }
+}
+
+// Writes the checkpoint, then after_write.
+std::string commit_checkpoint(const std::string& dir, const ckpt::Checkpoint& checkpoint, bool best,
+                              std::int64_t keep_last, double blocked_s) {
+  activity::fault_point("checkpoint-write");
+  const Timer timer;
+  const std::string path = ckpt::write_checkpoint(dir, checkpoint);
+  after_write(dir, path, timer.elapsed_s(), best, keep_last, blocked_s);
   return path;
 }
 
@@ -74,7 +79,9 @@ std::string Checkpointer::save(Step& step, const RunPosition& at, const BestEval
   ckpt::NamedTensors generators = gather_generators();
   step.sync_buffers();
   std::string path;
-  if (control_.world_rank() == 0) {
+  if (step.update().zero_stage() > 0) {
+    path = save_sharded(step, at, best_so_far, std::move(generators), best);
+  } else if (control_.world_rank() == 0) {
     const activity::Scope writing(activity::Kind::kCheckpoint);
     const ckpt::Checkpoint checkpoint = assemble(step, at, best_so_far, std::move(generators));
     const std::string dir = run_dir_.checkpoints_dir();
@@ -96,6 +103,58 @@ std::string Checkpointer::save(Step& step, const RunPosition& at, const BestEval
   if (!config_.ckpt.async) control_.barrier();
   last_ = path;
   written_ = at;
+  return path;
+}
+
+// Note [Sharded checkpoints]: the optimizer state of a sharded update is written by the ranks that
+// hold it, into one file that reads exactly like a replicated run's (docs/checkpoint-format.md):
+// rank 0 starts it with everything else and its own slices, each other rank in rank order adds its
+// slices (HDF5 serial writers take turns), and rank 0 publishes it once every rank said it
+// succeeded; a failure anywhere discards it and ends every rank with the failing rank's error. No
+// rank ever holds more optimizer state than its own.
+std::string Checkpointer::save_sharded(Step& step, const RunPosition& at, const BestEvaluation& best_so_far,
+                                       ckpt::NamedTensors generators, bool best) {
+  const Timer timer;
+  const int rank = control_.world_rank();
+  const std::string dir = run_dir_.checkpoints_dir();
+  std::string temp;
+  std::string error;
+  ckpt::Checkpoint mine;
+  if (rank == 0) {
+    const activity::Scope writing(activity::Kind::kCheckpoint);
+    try {
+      activity::fault_point("checkpoint-write");
+      temp = ckpt::start_checkpoint(dir, assemble(step, at, best_so_far, std::move(generators)));
+    } catch (const CheckpointError& e) {
+      error = e.what();
+    }
+  } else {
+    step.update().add_optimizer_state(mine);
+  }
+  std::vector<std::uint8_t> bytes(temp.begin(), temp.end());
+  control_.broadcast_bytes(bytes, 0);
+  temp.assign(bytes.begin(), bytes.end());
+  for (int r = 1; r < control_.world_size(); ++r) {
+    control_.barrier();
+    if (rank != r || temp.empty()) continue;
+    const activity::Scope writing(activity::Kind::kCheckpoint);
+    try {
+      ckpt::add_slices(temp, mine.slices);
+    } catch (const CheckpointError& e) {
+      error = e.what();
+    }
+  }
+  const std::vector<std::string> errors = control_.allgather_string(error);
+  for (size_t r = 0; r < errors.size(); ++r) {
+    if (errors[r].empty()) continue;
+    if (rank == 0 && !temp.empty()) ckpt::discard_checkpoint(temp);
+    throw CheckpointError("rank " + std::to_string(r) + ": " + errors[r]);
+  }
+  std::string path = ckpt::checkpoint_path(dir, at.step);
+  if (rank == 0) {
+    path = ckpt::publish_checkpoint(dir, temp, at.step);
+    after_write(dir, path, timer.elapsed_s(), best, config_.ckpt.keep_last, /*blocked_s=*/-1);
+  }
   return path;
 }
 
@@ -128,7 +187,7 @@ ckpt::Checkpoint Checkpointer::assemble(Step& step, const RunPosition& at, const
   meta.config_text = config::to_ini(config_);
   meta.created = utc_now();
   checkpoint.groups["model"] = model_state(step.model());
-  checkpoint.groups["optim"] = optimizer_state(step.update().optimizer(), step.update().parameter_names());
+  step.update().add_optimizer_state(checkpoint);
   checkpoint.groups["sched"] = {{"step", torch::full({}, at.step, torch::kLong)}};
   for (auto& entry : step.skipped().state()) checkpoint.groups["sched"].push_back(std::move(entry));
   checkpoint.groups["rng"] = std::move(generators);

@@ -11,16 +11,14 @@ namespace {
 
 namespace optim = torch::optim;
 
-// Every parameter in one group, or (decay_bias_and_norm=false) those of two or more dimensions
-// first and the rest, biases and norm weights, in a second group without weight decay.
+// The parameters that decay in one group, the rest (biases and norm weights, with
+// decay_bias_and_norm=false) in a second group without weight decay.
 template <typename Options>
-std::vector<optim::OptimizerParamGroup> groups(const config::OptimConfig& config,
-                                               const NamedParameters& parameters, const Options& options) {
+std::vector<optim::OptimizerParamGroup> groups(const NamedParameters& parameters, const std::vector<bool>& decay,
+                                               const Options& options) {
   std::vector<at::Tensor> decayed;
   std::vector<at::Tensor> exempt;
-  for (const auto& [name, tensor] : parameters) {
-    (config.decay_bias_and_norm || tensor.dim() >= 2 ? decayed : exempt).push_back(tensor);
-  }
+  for (size_t i = 0; i < parameters.size(); ++i) (decay[i] ? decayed : exempt).push_back(parameters[i].second);
   std::vector<optim::OptimizerParamGroup> out;
   out.emplace_back(decayed, std::make_unique<Options>(options));
   if (!exempt.empty()) {
@@ -39,19 +37,31 @@ void check_optimizer_options(const config::OptimConfig& config) {
   }
 }
 
+bool decays(const config::OptimConfig& config, std::int64_t dims) {
+  return config.decay_bias_and_norm || dims >= 2;
+}
+
 std::unique_ptr<optim::Optimizer> make_optimizer(const config::OptimConfig& config,
                                                  const NamedParameters& parameters) {
+  std::vector<bool> decayed;
+  for (const auto& named : parameters) decayed.push_back(decays(config, named.second.dim()));
+  return make_optimizer(config, parameters, decayed);
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const config::OptimConfig& config,
+                                                 const NamedParameters& parameters,
+                                                 const std::vector<bool>& decayed) {
   check_optimizer_options(config);
   if (config.name == config::OptimizerName::kAdamW) {
     const auto options =
         optim::AdamWOptions(config.lr).betas({config.beta1, config.beta2}).eps(config.eps).weight_decay(config.weight_decay);
-    return std::make_unique<optim::AdamW>(groups(config, parameters, options), options);
+    return std::make_unique<optim::AdamW>(groups(parameters, decayed, options), options);
   }
   const auto options = optim::SGDOptions(config.lr)
                            .momentum(config.momentum)
                            .nesterov(config.nesterov)
                            .weight_decay(config.weight_decay);
-  return std::make_unique<optim::SGD>(groups(config, parameters, options), options);
+  return std::make_unique<optim::SGD>(groups(parameters, decayed, options), options);
 }
 
 std::vector<std::string> names_in_optimizer_order(const optim::Optimizer& optimizer,

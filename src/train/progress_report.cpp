@@ -49,6 +49,7 @@ void ProgressReport::add(const StepResult& result, double wait_s, const Step& st
     loss_samples_ += result.samples;
   }
   real_samples_ += result.samples;
+  held_ = step.held_bytes();
   if (first_step_noted_) return;
   note_model_arithmetic(step);
   note_first_step(step.count());
@@ -147,6 +148,10 @@ nlohmann::json ProgressReport::record(const ProgressPoint& at, const Figures& f)
   }
   if (at.loss_scale) record["loss_scale"] = *at.loss_scale;
   record["skipped_steps"] = at.skipped;
+  constexpr double kMiB = 1 << 20;
+  record["param_mb"] = static_cast<double>(held_.parameters) / kMiB;
+  record["grad_mb"] = static_cast<double>(held_.gradients) / kMiB;
+  record["optim_mb"] = static_cast<double>(held_.optimizer_state) / kMiB;
   return record;
 }
 

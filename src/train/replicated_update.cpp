@@ -7,11 +7,11 @@
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/train/gradient_update.h"
 #include "hpctrain/train/nonfinite.h"
+#include "hpctrain/train/train_state.h"
 
 namespace hpctrain::train {
-namespace {
 
-ddp::GradSyncOptions sync_options(const config::DistConfig& dist) {
+ddp::GradSyncOptions gradient_sync_options(const config::DistConfig& dist) {
   ddp::GradSyncOptions options;
   options.bucket_bytes = static_cast<std::int64_t>(dist.bucket_mb * (1 << 20));
   options.overlap = dist.overlap;
@@ -23,6 +23,19 @@ ddp::GradSyncOptions sync_options(const config::DistConfig& dist) {
   return options;
 }
 
+std::int64_t optimizer_state_bytes_per_element(const config::OptimConfig& optim) {
+  const std::int64_t moments = optim.name == config::OptimizerName::kAdamW ? 2 : optim.momentum > 0 ? 1 : 0;
+  return moments * static_cast<std::int64_t>(sizeof(float));
+}
+
+std::unique_ptr<GradientUpdate> make_gradient_update(const config::Config& config, comm::Communicator& comm,
+                                                     const NamedParameters& trainable) {
+  if (config.dist.zero_stage == 0) return replicated_update(config, comm, trainable);
+  return sharded_update(config, comm, trainable);
+}
+
+namespace {
+
 std::vector<at::Tensor> tensors_of(const NamedParameters& named) {
   std::vector<at::Tensor> out;
   for (const auto& entry : named) out.push_back(entry.second);
@@ -33,9 +46,10 @@ class ReplicatedUpdate final : public GradientUpdate {
  public:
   ReplicatedUpdate(const config::Config& config, comm::Communicator& comm, const NamedParameters& trainable)
       : parameters_(tensors_of(trainable)),
-        sync_(std::make_unique<ddp::GradSync>(comm, parameters_, sync_options(config.dist))),
+        sync_(std::make_unique<ddp::GradSync>(comm, parameters_, gradient_sync_options(config.dist))),
         optimizer_(make_optimizer(config.optim, trainable)),
-        names_(names_in_optimizer_order(*optimizer_, trainable)) {
+        names_(names_in_optimizer_order(*optimizer_, trainable)),
+        optim_(config.optim) {
     for (const auto& named : trainable) module_order_names_.push_back(named.first);
   }
 
@@ -63,9 +77,7 @@ class ReplicatedUpdate final : public GradientUpdate {
     if (apply) optimizer_->step();
   }
 
-  const std::vector<std::string>& parameter_names() const override { return names_; }
-
-  std::string first_nonfinite_gradient() const override {
+  std::string first_nonfinite_gradient() override {
     const std::int64_t first = first_nonfinite(gradients());
     return first >= 0 ? module_order_names_[static_cast<size_t>(first)] : "";
   }
@@ -73,6 +85,25 @@ class ReplicatedUpdate final : public GradientUpdate {
   torch::optim::Optimizer& optimizer() override { return *optimizer_; }
   double lr() const override { return current_lr(*optimizer_); }
   std::size_t bucket_count() const override { return sync_->bucket_count(); }
+  int zero_stage() const override { return 0; }
+
+  void add_optimizer_state(ckpt::Checkpoint& checkpoint) override {
+    checkpoint.groups["optim"] = optimizer_state(*optimizer_, names_);
+  }
+  void load_optimizer_state(const ckpt::CheckpointReader& reader) override {
+    train::load_optimizer_state(*optimizer_, names_, reader.read_group("optim"));
+  }
+
+  // Every rank holds all of it.
+  HeldBytes held_bytes() const override {
+    HeldBytes held;
+    std::int64_t elements = 0;
+    for (const auto& p : parameters_) elements += p.numel();
+    held.parameters = elements * static_cast<std::int64_t>(sizeof(float));
+    held.gradients = held.parameters;
+    held.optimizer_state = elements * optimizer_state_bytes_per_element(optim_);
+    return held;
+  }
 
  private:
   std::vector<at::Tensor> gradients() const {
@@ -86,6 +117,7 @@ class ReplicatedUpdate final : public GradientUpdate {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::vector<std::string> names_;               // in the optimizer's order
   std::vector<std::string> module_order_names_;  // of parameters_
+  config::OptimConfig optim_;
 };
 
 }  // namespace

@@ -24,7 +24,8 @@ std::optional<Resumed> Checkpointer::resume(Step& step, std::int64_t accumulatio
   check_config_unchanged(reader);
   GradientUpdate& update = step.update();
   const ResumedState state = read_resume_state(
-      reader, ResumeTargets{step.model(), update.optimizer(), update.parameter_names(), step.skipped(),
+      reader, ResumeTargets{step.model(), [&update](const ckpt::CheckpointReader& r) { update.load_optimizer_state(r); },
+                            step.skipped(),
                             step.loss_scaler(), device_, control_.world_rank(), control_.world_size()});
   step.set_count(state.step);
   if (step.loss_scaler() && !state.loss_scale_restored) {

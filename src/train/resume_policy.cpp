@@ -13,7 +13,8 @@ namespace hpctrain::train {
 namespace {
 
 // "section.key" options that may change between a checkpoint and its resume: run length, logging,
-// checkpointing, and how data is read, none of which changes what is computed (nor do the
+// checkpointing, how data is read, and how the ranks share the state (dist.zero_stage: the same
+// step, the additions perhaps in another order), none of which changes what is computed (nor do the
 // starting loss scale, since a resume continues the checkpoint's, what a non-finite step does,
 // and the peak MFU is measured against). The GPU's float32 shortcuts (TF32 rounds the inputs of
 // products to a 10-bit mantissa, about 1e-3 relative; cuDNN's algorithm choice) change results
@@ -22,7 +23,7 @@ bool free_to_change(const std::string& key) {
   static const std::set<std::string> keys{
       "run.dir",          "train.epochs",        "train.max_steps",    "train.threads",
       "train.eval_batch_size", "data.eval_split", "data.prefetch",      "data.loader_threads",
-      "data.cache_mb",    "data.io",             "dist.timeout_s",     "dist.check_replicas_every",
+      "data.cache_mb",    "data.io",             "dist.timeout_s",     "dist.check_replicas_every", "dist.zero_stage",
       "train.loss_scale_init", "train.nonfinite",    "train.max_skipped", "train.peak_tflops",
       "train.tf32",           "train.cudnn_benchmark"};
   return keys.count(key) > 0 || key.rfind("log.", 0) == 0 || key.rfind("ckpt.", 0) == 0;

@@ -33,11 +33,10 @@ ResumedState read_resume_state(const ckpt::CheckpointReader& reader, const Resum
                           "); the file is damaged");
   }
   reader.read_into("model", model_state(targets.model));
-  const ckpt::NamedTensors optim = reader.read_group("optim");
   const ckpt::NamedTensors sched = reader.read_group("sched");
   const ckpt::NamedTensors scaler = reader.read_group("loss_scaler");  // empty when absent
   try {
-    load_optimizer_state(targets.optimizer, targets.parameter_names, optim);
+    targets.load_optimizer_state(reader);
     targets.skipped.load_state(scaler);  // older checkpoints kept the skipped steps there
     targets.skipped.load_state(sched);
     if (targets.loss_scaler && reader.has_group("loss_scaler")) {

@@ -9,6 +9,7 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/timer.h"
+#include "hpctrain/core/units.h"
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/model/batch_norm.h"
 #include "hpctrain/model/flops.h"
@@ -67,7 +68,7 @@ Step::Step(std::shared_ptr<model::Model> model, const config::Config& config, co
   for (const auto& b : buffers_) buffers_before_step_.push_back(b.detach().clone());
   everything.insert(everything.end(), buffers_.begin(), buffers_.end());
   ddp::broadcast_tensors(comm_, everything, 0);
-  update_ = replicated_update(config_, comm_, trainable_parameters(module));
+  update_ = make_gradient_update(config_, comm_, trainable_parameters(module));
   synchronize_batch_norm(config_, *model_, comm_);
   loss_scaler_ = loss_scaler_for(config_.train);
   log_model();
@@ -197,6 +198,11 @@ void Step::log_model() const {
   for (const auto& tied : model_->tied_parameters()) {
     log::info("tied weights: '{}' is '{}' (trained once, stored under both names)", tied.name, tied.same_as);
   }
+  const HeldBytes held = update_->held_bytes();
+  log::info("rank {} holds {} of parameters, {} of gradients and {} of optimizer state (dist.zero_stage={}{})",
+            comm_.rank(), bytes_text(held.parameters), bytes_text(held.gradients), bytes_text(held.optimizer_state),
+            config_.dist.zero_stage,
+            config_.dist.zero_stage == 0 ? "" : fmt::format(", its share of {} rank(s)", comm_.size()));
 }
 
 }  // namespace hpctrain::train

@@ -106,6 +106,11 @@ void check_run_options(const config::Config& config, bool use_cuda, bool need_tr
   }
   check_optimizer_options(config.optim);
   check_schedule_options(config.optim);
+  if (config.dist.zero_stage > 0 && config.ckpt.async) {
+    throw ConfigError("ckpt.async=true with dist.zero_stage=" + std::to_string(config.dist.zero_stage) +
+                      ": each rank writes its own part of a sharded checkpoint, which has no background "
+                      "writer yet; set ckpt.async=false");
+  }
   if (config.data.shuffle_window_mb * 2 > config.data.cache_mb) {
     throw ConfigError("data.shuffle_window_mb=" + std::to_string(config.data.shuffle_window_mb) +
                       " needs data.cache_mb >= " + std::to_string(2 * config.data.shuffle_window_mb) +

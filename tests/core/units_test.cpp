@@ -40,5 +40,13 @@ TEST(ProgressBar, RendersFractionAndCounts) {
   EXPECT_EQ(ProgressBar::render("x", 9, 4), "x [==============================] 100% 4/4");
 }
 
+TEST(Units, BytesTextPicksTheLargestUnitAboveOne) {
+  EXPECT_EQ(bytes_text(512), "512 B");
+  EXPECT_EQ(bytes_text(2272), "2.22 KiB");
+  EXPECT_EQ(bytes_text(std::int64_t{85} << 20), "85.0 MiB");
+  EXPECT_EQ(bytes_text(std::int64_t{1300} << 20), "1.27 GiB");
+  EXPECT_EQ(bytes_text(std::int64_t{200} << 20), "200 MiB");
+}
+
 }  // namespace
 }  // namespace hpctrain

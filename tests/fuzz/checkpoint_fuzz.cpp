@@ -1,8 +1,10 @@
 // The checkpoint reader: a checkpoint file as a resume reads it into a live model, optimizer,
 // skipped-step count, loss scaler and generators (train/resume_state.h), after comparing its
-// config with the run's, and as `hpctrain ckpt verify` reads every tensor of it.
+// config with the run's, as a rank of a sharded optimizer reads its elements of the optimizer
+// state, and as `hpctrain ckpt verify` reads every tensor of it.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -100,8 +102,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const ckpt::CheckpointReader reader(path);
     (void)train::resume_config_changes(reader.meta().config_text, run.config_ini);
-    train::read_resume_state(reader, train::ResumeTargets{*run.model, *run.optimizer, run.parameter_names,
-                                                          run.skipped, &run.loss_scaler});
+    const auto load_optimizer = [&run](const ckpt::CheckpointReader& r) {
+      train::load_optimizer_state(*run.optimizer, run.parameter_names, r.read_group("optim"));
+    };
+    train::read_resume_state(reader, train::ResumeTargets{*run.model, load_optimizer, run.skipped, &run.loss_scaler});
+    // What a rank of a sharded optimizer reads: its elements of each state, by range.
+    for (const std::string& name : run.parameter_names) {
+      if (!reader.has("optim", name + "/exp_avg")) continue;
+      std::int64_t elements = 1;
+      for (const std::int64_t d : reader.stored_shape("optim", name + "/exp_avg")) elements *= d;
+      const std::int64_t count = std::min<std::int64_t>(elements, 3);  // the last ones
+      reader.read_slice("optim", name + "/exp_avg", elements - count, at::empty({count}, at::kFloat));
+    }
     reader.verify();
     fuzz::record(fuzz::Outcome::kAccepted);
   } catch (const Error& e) {

@@ -39,9 +39,21 @@ struct CheckpointMeta {
   std::string created;      // UTC, ISO 8601
 };
 
+// Part of a tensor whose elements several ranks hold (a sharded optimizer's state): stored as one
+// dataset of the whole tensor's shape, to which each rank writes its elements, so the file reads
+// like one written by a single rank.
+struct TensorSlice {
+  std::string name;                 // within its group, as a whole tensor would be named
+  std::vector<std::int64_t> shape;  // the whole tensor's
+  std::int64_t offset = 0;          // of data's first element, counted row-major over the whole
+  at::Tensor data;                  // this rank's elements, 1-D (a 0-d tensor: offset 0, one element)
+};
+using TensorSlices = std::vector<TensorSlice>;
+
 struct Checkpoint {
   CheckpointMeta meta;
   std::map<std::string, NamedTensors> groups;  // by name, of kGroups
+  std::map<std::string, TensorSlices> slices;  // by group: this rank's parts of sharded tensors
 };
 
 // A copy of every tensor in host memory, contiguous: what a background writer may write while
@@ -54,6 +66,15 @@ std::string checkpoint_path(const std::string& dir, std::int64_t step);
 // Writes `<dir>/ckpt-<step>.h5` and points `<dir>/latest` at it; returns the file's path.
 // Throws CheckpointError (the earlier checkpoints and `latest` are then untouched).
 std::string write_checkpoint(const std::string& dir, const Checkpoint& checkpoint);
+
+// A checkpoint written by several ranks (sharded state), in three parts: one rank starts it (a
+// temporary file with everything but the other ranks' slices), each other rank in turn adds its
+// slices, and the first publishes it (rename and `latest`, as write_checkpoint) or discards it.
+// Every function throws CheckpointError; start_checkpoint then leaves no file behind.
+std::string start_checkpoint(const std::string& dir, const Checkpoint& checkpoint);  // the temporary path
+void add_slices(const std::string& temp_path, const std::map<std::string, TensorSlices>& slices);
+std::string publish_checkpoint(const std::string& dir, const std::string& temp_path, std::int64_t step);
+void discard_checkpoint(const std::string& temp_path);
 
 // An open checkpoint. Every error is a CheckpointError naming the file.
 class CheckpointReader {
@@ -70,6 +91,14 @@ class CheckpointReader {
   void read_into(const std::string& group, const NamedTensors& targets) const;
   // The group's tensors as stored, by name; empty when the group is absent.
   NamedTensors read_group(const std::string& group) const;
+  // Whether `group/name` is stored.
+  bool has(const std::string& group, const std::string& name) const;
+  // Elements [offset, offset + out.numel()) of tensor `group/name`, counted row-major, into the
+  // contiguous `out` (any shape; float32, float64 or int64, as stored). A range outside the
+  // stored tensor, or another dtype, is a CheckpointError naming both.
+  void read_slice(const std::string& group, const std::string& name, std::int64_t offset, const at::Tensor& out) const;
+  // The stored shape of `group/name`.
+  std::vector<std::int64_t> stored_shape(const std::string& group, const std::string& name) const;
   // Reads every tensor, so every chunk's fletcher32 checksum is verified. Returns the tensors read.
   std::int64_t verify() const;
 

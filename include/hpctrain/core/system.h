@@ -19,6 +19,8 @@ std::int64_t memory_limit_bytes();
 
 // The most resident memory this process has had, in bytes (getrusage's ru_maxrss).
 std::int64_t peak_rss_bytes();
+// The resident memory of this process now, in bytes (/proc/self/statm); 0 where unknown.
+std::int64_t current_rss_bytes();
 
 // Seconds since the kernel started this process (its start time in /proc, to 10 ms): start-up
 // timing that includes loading the shared libraries, before any code of ours ran. -1 where /proc

@@ -8,6 +8,9 @@
 // bucket whose gradients are all in is reduced at once (overlap) while backward goes on. Buckets
 // start strictly in order on every rank, so all ranks issue the same collectives in the same
 // order. average_gradients() waits for them; the averages are then in each .grad().
+// Sharded (ZeRO stages 1 and 2, Reduction below): each bucket is padded to a multiple of the
+// world size and reduce-scattered instead, so each rank receives the average of its chunk only
+// (shard_plan.h says which parameters' elements that is), in shard(b).
 // Depends on core, comm and ATen; never on models or the trainer.
 #pragma once
 
@@ -19,11 +22,23 @@
 #include <memory>
 #include <vector>
 
+#include "hpctrain/ddp/bucket_plan.h"
+
 namespace hpctrain::comm {
 class Communicator;
 }  // namespace hpctrain::comm
 
 namespace hpctrain::ddp {
+
+// What a bucket's reduction gives each rank.
+enum class Reduction {
+  kAllreduce,      // the whole bucket's average, in every parameter's .grad() (replicated)
+  kReduceScatter,  // its chunk's average in shard(b); .grad() keeps this rank's own sums (ZeRO 1)
+  // As kReduceScatter, and the bucket's full gradients exist only from its launch until its
+  // reduce-scatter completes: autograd's .grad() tensors are copied into the bucket at launch and
+  // dropped, the bucket freed once reduced (ZeRO 2).
+  kReduceScatterAndRelease,
+};
 
 struct GradSyncOptions {
   std::int64_t bucket_bytes = std::int64_t{25} << 20;
@@ -32,6 +47,7 @@ struct GradSyncOptions {
   // Buckets travel in this dtype (at::kHalf or at::kBFloat16 halve the bytes; the buckets and
   // the accumulation over micro-batches stay float32); Undefined: as the parameters are.
   c10::ScalarType wire_dtype = c10::ScalarType::Undefined;
+  Reduction reduction = Reduction::kAllreduce;
 };
 
 class GradSync {
@@ -57,6 +73,12 @@ class GradSync {
 
   std::int64_t numel() const;
   size_t bucket_count() const;
+  const std::vector<Bucket>& buckets() const;
+  // Sharded reductions: this rank's chunk of bucket `b` (padded_numel / size() elements), holding
+  // its average after average_gradients(). Allocated once; the padding's elements stay zero.
+  const at::Tensor& shard(size_t b) const;
+  // The bytes of gradient buffers held now: buckets (those in flight, when released) and shards.
+  std::int64_t gradient_bytes() const;
   // Parameters (indices) that received no gradient in the last step.
   std::vector<size_t> last_unused() const;
 

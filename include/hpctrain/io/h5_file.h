@@ -89,6 +89,8 @@ class H5File {
   // Creates (truncating) or opens read-only; errors carry `code`.
   static H5File create(const std::string& path, ExitCode code);
   static H5File open_read(const std::string& path, ExitCode code);
+  // Opens an existing file to read and write.
+  static H5File open_write(const std::string& path, ExitCode code);
 
   H5File(H5File&& other) noexcept;
   H5File& operator=(H5File&& other) noexcept;
@@ -101,6 +103,16 @@ class H5File {
   // Creates every missing group on the way to `name` ("a/b/c" creates a and a/b).
   void write(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape,
              const void* data, const WriteOptions& options = {});
+  // Creates dataset `name` (and missing groups) without writing it: its elements read as 0 until
+  // written with write_range.
+  void create(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape,
+              const WriteOptions& options = {});
+  // Writes `count` elements of `dtype` from `data` to elements [offset, offset + count) of dataset
+  // `name`, counted row-major over its whole shape (a 0-d dataset: offset 0, count 1).
+  void write_range(const std::string& name, DType dtype, std::int64_t offset, std::int64_t count, const void* data);
+  // Reads elements [offset, offset + count), as write_range counts them, converting to `dtype`.
+  // A range beyond the dataset is an error, checked before anything is read.
+  void read_range(const std::string& name, DType dtype, std::int64_t offset, std::int64_t count, void* out) const;
   bool exists(const std::string& name) const;
   DatasetInfo info(const std::string& name) const;
   // Reads the whole dataset into `out` (info(name) tells the size), converting to `dtype`.

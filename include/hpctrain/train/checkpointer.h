@@ -64,6 +64,8 @@ class Checkpointer {
   std::optional<Resumed> resume(Step& step, std::int64_t accumulation, double peak_lr);
 
  private:
+  std::string save_sharded(Step& step, const RunPosition& at, const BestEvaluation& best_so_far,
+                           ckpt::NamedTensors generators, bool best);
   ckpt::NamedTensors gather_generators();
   ckpt::Checkpoint assemble(Step& step, const RunPosition& at, const BestEvaluation& best_so_far,
                             ckpt::NamedTensors generators) const;

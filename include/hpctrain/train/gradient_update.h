@@ -1,9 +1,11 @@
 // How a step's gradients become new parameters: gathered over the ranks, checked, clipped and
 // applied by the optimizer. Step (step.h) drives one of these and never branches on which.
-// Replicated, today's and dist.zero_stage=0's: every rank averages all gradients (GradSync, in
-// buckets during backward) and applies the whole optimizer step to its own copy. A sharded
-// optimizer is another implementation, where each rank updates its slice. Depends on comm, ddp,
-// config and the train module's LossScaler; torch::optim is forward-declared.
+// Replicated (dist.zero_stage=0): every rank averages all gradients (GradSync, in buckets during
+// backward) and applies the whole optimizer step to its own copy. Sharded (dist.zero_stage=1, 2):
+// the buckets are reduce-scattered, each rank's optimizer updates only the elements it owns
+// (ddp/shard_plan.h), and the updated parameters are all-gathered (docs/distributed.md, "Sharding
+// (ZeRO)"). Depends on ckpt, comm, ddp, config and the train module's LossScaler; torch::optim is
+// forward-declared.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/ckpt/checkpoint.h"
 #include "hpctrain/config/config.h"
 #include "hpctrain/train/loss_scaler.h"
 #include "hpctrain/train/optimizer.h"
@@ -23,7 +26,18 @@ namespace hpctrain::comm {
 class Communicator;
 }  // namespace hpctrain::comm
 
+namespace hpctrain::ddp {
+struct GradSyncOptions;
+}  // namespace hpctrain::ddp
+
 namespace hpctrain::train {
+
+// What a rank holds for training, in bytes, between steps.
+struct HeldBytes {
+  std::int64_t parameters = 0;       // the trainable parameters
+  std::int64_t gradients = 0;        // gradient buckets and shards
+  std::int64_t optimizer_state = 0;  // the optimizer's moments or momentum, once it has stepped
+};
 
 class GradientUpdate {
  public:
@@ -44,18 +58,45 @@ class GradientUpdate {
   // Sets the learning rate, and with `apply` takes the optimizer step.
   virtual void update(double lr, bool apply) = 0;
 
-  // The trainable parameters' names in the optimizer's order, which its state follows.
-  virtual const std::vector<std::string>& parameter_names() const = 0;
-  // The name of the first parameter whose gradient holds inf or NaN, "" if none (for messages).
-  virtual std::string first_nonfinite_gradient() const = 0;
+  // Collective: the name of the first parameter whose averaged gradient holds inf or NaN, "" if
+  // none (for messages).
+  virtual std::string first_nonfinite_gradient() = 0;
   virtual torch::optim::Optimizer& optimizer() = 0;
   virtual double lr() const = 0;
   virtual std::size_t bucket_count() const = 0;
+
+  // dist.zero_stage: 0 replicated, else sharded.
+  virtual int zero_stage() const = 0;
+  // This rank's optimizer state for a checkpoint: whole tensors into checkpoint.groups["optim"]
+  // (replicated; rank 0's is written) or this rank's slices into checkpoint.slices["optim"] (each
+  // rank writes its own). Stored the same way either way (docs/checkpoint-format.md).
+  virtual void add_optimizer_state(ckpt::Checkpoint& checkpoint) = 0;
+  // Replaces the optimizer's state with the checkpoint's, whatever world size and stage wrote it.
+  // Throws CheckpointError naming what does not fit.
+  virtual void load_optimizer_state(const ckpt::CheckpointReader& reader) = 0;
+  // What this rank holds now (optimizer state: as it will hold once stepped).
+  virtual HeldBytes held_bytes() const = 0;
 };
+
+// Bytes of optimizer state per element of a parameter: AdamW's two moments, SGD's momentum buffer
+// (none without momentum).
+std::int64_t optimizer_state_bytes_per_element(const config::OptimConfig& optim);
 
 // The replicated update over `trainable` (name, parameter), in the module's order: GradSync with
 // dist.bucket_mb, dist.overlap and dist.grad_compression, and the optimizer of `config.optim`.
 std::unique_ptr<GradientUpdate> replicated_update(const config::Config& config, comm::Communicator& comm,
                                                   const NamedParameters& trainable);
+
+// The sharded update of dist.zero_stage 1 (the optimizer state sharded) or 2 (the gradients too);
+// parameters must be contiguous float32 tensors.
+std::unique_ptr<GradientUpdate> sharded_update(const config::Config& config, comm::Communicator& comm,
+                                               const NamedParameters& trainable);
+
+// GradSync's options from dist.bucket_mb, dist.overlap and dist.grad_compression.
+ddp::GradSyncOptions gradient_sync_options(const config::DistConfig& dist);
+
+// replicated_update or sharded_update, as dist.zero_stage says.
+std::unique_ptr<GradientUpdate> make_gradient_update(const config::Config& config, comm::Communicator& comm,
+                                                     const NamedParameters& trainable);
 
 }  // namespace hpctrain::train

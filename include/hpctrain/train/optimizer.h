@@ -28,6 +28,14 @@ void check_optimizer_options(const config::OptimConfig& config);
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::OptimConfig& config,
                                                         const NamedParameters& parameters);
 
+// Whether weight decay applies to a parameter of `dims` dimensions (optim.decay_bias_and_norm).
+bool decays(const config::OptimConfig& config, std::int64_t dims);
+// As above, with weight decay on parameters[i] exactly where `decayed[i]` (a sharded optimizer's
+// flat pieces decay as the parameters they are cut from).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::OptimConfig& config,
+                                                        const NamedParameters& parameters,
+                                                        const std::vector<bool>& decayed);
+
 // The parameters' names in the optimizer's order (group by group), which its state follows.
 std::vector<std::string> names_in_optimizer_order(const torch::optim::Optimizer& optimizer,
                                                   const NamedParameters& parameters);

@@ -74,6 +74,7 @@ class ProgressReport {
   bool language_model_;
   bool first_step_noted_ = false;
   std::optional<double> training_flops_;  // per sample (model/flops.h), once counted
+  HeldBytes held_;                        // by this rank, after the last step
   std::optional<PeakFlops> peak_flops_;   // one device's, for MFU (train.peak_tflops)
   // Over this rank's real samples since the last record. The loss stays on the device, so a step
   // never waits for the GPU to report it.

@@ -2,12 +2,13 @@
 // state, the skipped-step counts, the loss scale, the best evaluation and this rank's random
 // generators. Every malformed entry is a CheckpointError naming the file and the entry, never an
 // error of the tensor library (tests/fuzz/checkpoint_fuzz.cpp feeds it corrupted files).
-// Depends on ckpt, model and the train module's state holders; torch::optim is forward-declared.
+// Depends on ckpt, model and the train module's state holders.
 #pragma once
 
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,17 +18,13 @@
 #include "hpctrain/train/loss_scaler.h"
 #include "hpctrain/train/nonfinite.h"
 
-namespace torch::optim {
-class Optimizer;
-}  // namespace torch::optim
-
 namespace hpctrain::train {
 
 // The live objects a checkpoint is read into.
 struct ResumeTargets {
   model::Model& model;
-  torch::optim::Optimizer& optimizer;
-  const std::vector<std::string>& parameter_names;  // in the optimizer's order
+  // Reads the optimizer's state from the checkpoint (GradientUpdate::load_optimizer_state).
+  std::function<void(const ckpt::CheckpointReader&)> load_optimizer_state;
   SkippedSteps& skipped;
   LossScaler* loss_scaler = nullptr;  // null without loss scaling
   c10::Device device = c10::Device(c10::kCPU);

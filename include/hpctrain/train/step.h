@@ -71,6 +71,8 @@ class Step {
 
   model::Model& model() { return *model_; }
   GradientUpdate& update() { return *update_; }
+  // What this rank holds for training (dist.zero_stage decides how much).
+  HeldBytes held_bytes() const { return update_->held_bytes(); }
   SkippedSteps& skipped() { return skipped_; }
   LossScaler* loss_scaler() { return loss_scaler_ ? &*loss_scaler_ : nullptr; }
   // The FLOPs of training one sample (or window), counted in this process's first forward; none

@@ -1,0 +1,93 @@
+// `hpctrain bench step --zero-stage S`: whole optimizer steps through train::Step at
+// dist.zero_stage S on random data, with what each rank holds and how far its peak RSS grew
+// over the RSS before the model was built. One stage per process, so each process's memory is
+// its stage's alone; jobs/bench/zero.sh runs the stages in turn and takes the ratios.
+#include <torch/torch.h>
+
+#include <cstdio>
+
+#include "bench.h"
+#include "hpctrain/comm/communicator.h"
+#include "hpctrain/core/error.h"
+#include "hpctrain/core/log.h"
+#include "hpctrain/core/system.h"
+#include "hpctrain/data/split.h"
+#include "hpctrain/train/step.h"
+#include "runtime.h"
+
+namespace hpctrain::cli {
+namespace {
+
+// The Config a Step needs, for the benchmarked model and options.
+config::Config step_config(const BenchModel& bench, std::int64_t stage, const std::string& optimizer,
+                           std::int64_t bucket_mb) {
+  config::Config config = config::resolve("", {{"data.path", "/unused"},
+                                               {"dist.zero_stage", std::to_string(stage)},
+                                               {"dist.bucket_mb", std::to_string(bucket_mb)},
+                                               {"optim.name", optimizer},
+                                               {"optim.momentum", "0.9"}});
+  config.model = bench.config;
+  return config;
+}
+
+// One micro-batch of random data for this rank, finished as a Source finishes it.
+data::Batch random_batch(const model::ModelSpec& spec, std::int64_t batch, int ranks, c10::Device device) {
+  const auto on_device = torch::TensorOptions().device(device);
+  std::vector<std::int64_t> shape{batch};
+  shape.insert(shape.end(), spec.input_shape.begin(), spec.input_shape.end());
+  data::Batch out;
+  out.input = spec.token_ids ? torch::randint(0, spec.num_classes, shape, on_device.dtype(torch::kLong))
+                             : torch::rand(shape, on_device);
+  out.target = torch::randint(0, spec.num_classes, spec.token_ids ? shape : std::vector<std::int64_t>{batch},
+                              on_device.dtype(torch::kLong));
+  out.weight = torch::ones({batch}, on_device);
+  out.real = batch;
+  out.global_real = batch * ranks;
+  return out;
+}
+
+}  // namespace
+
+int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench) {
+  const std::int64_t stage = int_flag(parsed, "bench step", "zero-stage", "0");
+  const std::string optimizer = text_flag(parsed, "optimizer", "adamw");
+  const std::int64_t batch = int_flag(parsed, "bench step", "batch-size", std::to_string(bench.default_batch));
+  const auto steps = static_cast<int>(int_flag(parsed, "bench step", "steps", "20"));
+  const std::int64_t bucket_mb = int_flag(parsed, "bench step", "bucket-mb", "25");
+  if (batch < 1 || steps < 1 || bucket_mb < 1) {
+    throw ConfigError("bench step: --batch-size, --steps and --bucket-mb must be >= 1");
+  }
+  if (text_flag(parsed, "device", "cpu") != "cpu") {
+    throw ConfigError("bench step --zero-stage runs on --device cpu only so far");
+  }
+  const config::Config config = step_config(bench, stage, optimizer, bucket_mb);  // checks the stage and optimizer
+  const Ranks ranks = start_ranks(bench_start(false, config::Backend::kAuto));
+  const auto& bootstrap = ranks.bootstrap;
+  const auto& comm = ranks.comm;
+  const std::int64_t rss_before = sys::current_rss_bytes();
+  torch::manual_seed(7);
+  auto net = model::make_model(config.model, bench.spec);
+  train::Step step(std::move(net), config, *comm, ranks.device);
+  const std::vector<data::Batch> micro_batches{random_batch(bench.spec, batch, comm->size(), ranks.device)};
+  const std::vector<double> seconds = time_passes(steps, [&] { step.run(micro_batches, {1e-4, false}); });
+  const double step_s = slowest_rank(*bootstrap, median(seconds));
+  const double growth = slowest_rank(*bootstrap, static_cast<double>(sys::peak_rss_bytes() - rss_before));
+  const double before = slowest_rank(*bootstrap, static_cast<double>(rss_before));
+  const train::HeldBytes held = step.held_bytes();
+  if (bootstrap->world_rank() == 0) {
+    constexpr double kMiB = 1 << 20;
+    std::printf("# bench step --zero-stage %lld: %s, %s, batch %lld per rank, %d rank(s), buckets of %lld MiB; "
+                "median of %d timed steps after 1 untimed, slowest rank\n",
+                static_cast<long long>(stage), config::name_of(config.model.name), optimizer.c_str(),
+                static_cast<long long>(batch), comm->size(), static_cast<long long>(bucket_mb), steps);
+    std::printf("optimizer step ms %.3f\n", step_s * 1e3);
+    std::printf("held MiB per rank: parameters %.1f gradients %.1f optimizer %.1f\n", held.parameters / kMiB,
+                held.gradients / kMiB, held.optimizer_state / kMiB);
+    std::printf("peak RSS growth MiB %.1f (largest rank; RSS before the model %.1f MiB)\n", growth / kMiB,
+                before / kMiB);
+  }
+  log::shutdown();
+  return 0;
+}
+
+}  // namespace hpctrain::cli
