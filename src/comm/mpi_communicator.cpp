@@ -239,6 +239,13 @@ MPI_Op MpiCommunicator::State::sum_op(const at::Tensor& tensor) const {
                                                  : MPI_SUM;
 }
 
+// Whether `chunk` is the memory of chunk `rank` of `whole` (the in-place form of reduce_scatter
+// and allgather).
+bool MpiCommunicator::is_chunk_of(const at::Tensor& chunk, const at::Tensor& whole, int rank) {
+  const auto bytes = static_cast<std::ptrdiff_t>(chunk.nbytes());
+  return static_cast<const char*>(chunk.data_ptr()) == static_cast<const char*>(whole.data_ptr()) + rank * bytes;
+}
+
 double MpiCommunicator::average_scale(const at::Tensor& tensor, ReduceOp op) const {
   if (op != ReduceOp::kAvg) return 1.0;
   if (!at::isFloatingType(tensor.scalar_type())) throw CommError("an average needs a floating-point tensor");
@@ -322,11 +329,12 @@ std::unique_ptr<Work> MpiCommunicator::allgather(const at::Tensor& input, at::Te
   const at::Tensor send = input.cpu();
   MPI_Comm comm = state_->comm;
   const MPI_Datatype type = mpi_type(send, state_->sixteen);
+  const bool in_place = is_chunk_of(send, output, rank_);
   auto task = state_->submit("MPI allgather of " + std::to_string(send.numel()) + " elements per rank",
-                             [send, output, comm, type] {
+                             [send, output, comm, type, in_place] {
                                const auto count = static_cast<int>(send.numel());
-                               HT_MPI_CHECK(MPI_Allgather(send.data_ptr(), count, type, output.data_ptr(),
-                                                          count, type, comm));
+                               HT_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send.data_ptr(), count, type,
+                                                          output.data_ptr(), count, type, comm));
                              });
   return std::make_unique<MpiWork>(std::move(task), state_->timeout_s);
 }
@@ -348,11 +356,19 @@ std::unique_ptr<Work> MpiCommunicator::reduce_scatter(const at::Tensor& input, a
   MPI_Comm comm = state_->comm;
   const MPI_Datatype type = mpi_type(send, state_->sixteen);
   const MPI_Op sum = state_->sum_op(send);
+  const bool in_place = is_chunk_of(output, send, rank_);
   auto task = state_->submit(
       "MPI reduce_scatter of " + std::to_string(output.numel()) + " elements per rank",
-      [send, output, scale, comm, type, sum] {
-        HT_MPI_CHECK(MPI_Reduce_scatter_block(send.data_ptr(), output.data_ptr(),
-                                              static_cast<int>(output.numel()), type, sum, comm));
+      [send, output, scale, comm, type, sum, in_place] {
+        const auto count = static_cast<int>(output.numel());
+        if (in_place) {
+          // MPI puts an in-place result at the start of the buffer; NCCL's convention, which the
+          // interface follows, is the rank's own chunk.
+          HT_MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, send.data_ptr(), count, type, sum, comm));
+          if (output.data_ptr() != send.data_ptr()) output.copy_(send.reshape({-1}).narrow(0, 0, count).view_as(output));
+        } else {
+          HT_MPI_CHECK(MPI_Reduce_scatter_block(send.data_ptr(), output.data_ptr(), count, type, sum, comm));
+        }
         if (scale != 1.0) output.mul_(scale);
       });
   return std::make_unique<MpiWork>(std::move(task), state_->timeout_s);

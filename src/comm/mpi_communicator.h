@@ -45,6 +45,7 @@ class MpiCommunicator final : public Communicator {
  private:
   // 1, or 1 / size() for an average (of a floating-point tensor; else CommError).
   double average_scale(const at::Tensor& tensor, ReduceOp op) const;
+  static bool is_chunk_of(const at::Tensor& chunk, const at::Tensor& whole, int rank);
   // The MPI call that allreduces `tensor` (on the host) in place, then scales it for an average.
   std::function<void()> allreduce_call(const at::Tensor& tensor, ReduceOp op) const;
 

@@ -48,8 +48,9 @@ class AfterAccumulation final : public torch::autograd::FunctionPostHook {
 // parameter's, or one replaced) is copied into its slot at launch and the average copied back.
 //
 // Sharded (ZeRO 1): the same buckets, padded with zeros to a multiple of the world size, are
-// reduce-scattered into each rank's shard; the .grad() slots keep the rank's own sums, which only
-// the next step's zeroing touches. Released (ZeRO 2): no bucket exists between steps. Autograd
+// reduce-scattered in place: each rank's chunk of the bucket becomes its shard, the average of
+// that chunk; the rest of the bucket, and so the .grad() slots, are left undefined until the next
+// step's zeroing (the padding stays zero: it is only ever the result of adding zeros). Released (ZeRO 2): no bucket exists between steps. Autograd
 // makes and accumulates each .grad() as without GradSync; a bucket is allocated when it launches,
 // the gradients copied in and dropped, and the bucket freed as soon as its reduce-scatter is seen
 // complete (at a later launch, or in average_gradients()).
@@ -173,11 +174,21 @@ struct GradSync::State {
     finished[b] = 1;
   }
 
-  // The buckets before `b` whose reduction has completed, finished without waiting.
+  // Released buckets: those before `b` whose reduction has completed are finished without
+  // waiting, and of the rest the oldest are waited for until two are left in flight besides `b`,
+  // so a rank never holds more than three buckets of full gradients.
   void finish_completed(size_t b) {
+    constexpr size_t kInFlight = 2;
+    std::vector<size_t> pending;
     for (size_t j = 0; j < b; ++j) {
-      if (!finished[j] && works[j]->is_completed()) finish(j);
+      if (finished[j]) continue;
+      if (works[j]->is_completed()) {
+        finish(j);
+      } else {
+        pending.push_back(j);
+      }
     }
+    for (size_t k = 0; k + kInFlight < pending.size(); ++k) finish(pending[k]);
   }
 };
 
@@ -209,9 +220,19 @@ GradSync::GradSync(comm::Communicator& comm, std::vector<at::Tensor> parameters,
     s.wire.push_back(s.releases() || !s.compresses(s.parameters.front()) ? s.buffers.back()
                                                                          : at::empty({s.padded[b]}, wire_like));
     if (s.sharded()) {
+      // Stage 1 reduces in place: the rank's chunk of the bucket is its shard (the bucket's other
+      // chunks are not read again before the next step zeroes them). Stage 2's shard outlives
+      // the bucket.
       const std::int64_t chunk = s.padded[b] / comm.size();
-      s.shards.push_back(at::zeros({chunk}, like));
-      s.shard_wire.push_back(s.compresses(s.parameters.front()) ? at::empty({chunk}, wire_like) : s.shards.back());
+      const std::int64_t mine = chunk * comm.rank();
+      const bool compress = s.compresses(s.parameters.front());
+      if (s.releases()) {
+        s.shards.push_back(at::zeros({chunk}, like));
+        s.shard_wire.push_back(compress ? at::empty({chunk}, wire_like) : s.shards.back());
+      } else {
+        s.shards.push_back(s.buffers.back().narrow(0, mine, chunk));
+        s.shard_wire.push_back(compress ? s.wire.back().narrow(0, mine, chunk) : s.shards.back());
+      }
     }
   }
   s.filled.assign(s.parameters.size(), 0);
@@ -309,7 +330,7 @@ std::int64_t GradSync::gradient_bytes() const {
   for (size_t b = 0; b < s.plan.size(); ++b) {
     add(s.buffers[b]);
     if (!s.wire[b].is_same(s.buffers[b])) add(s.wire[b]);
-    if (!s.sharded()) continue;
+    if (!s.releases()) continue;  // stage 1's shards are chunks of the buckets
     add(s.shards[b]);
     if (!s.shard_wire[b].is_same(s.shards[b])) add(s.shard_wire[b]);
   }
@@ -318,20 +339,43 @@ std::int64_t GradSync::gradient_bytes() const {
 
 std::vector<size_t> GradSync::last_unused() const { return state_->unused; }
 
+namespace {
+
+// One message: `group` packed, broadcast, and unpacked.
+void broadcast_packed(comm::Communicator& comm, const std::vector<at::Tensor>& group, int root) {
+  std::vector<at::Tensor> flat_views;
+  for (const auto& t : group) flat_views.push_back(t.detach().reshape({-1}));
+  at::Tensor packed = at::cat(flat_views);
+  comm.broadcast(packed, root)->wait();
+  std::int64_t offset = 0;
+  c10::NoGradGuard no_grad;
+  for (const auto& t : group) {
+    t.detach().copy_(packed.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+}
+
+}  // namespace
+
 void broadcast_tensors(comm::Communicator& comm, const std::vector<at::Tensor>& tensors, int root) {
+  // Messages of up to 64 MiB, so the packed copy never approaches a large model's size.
+  constexpr std::int64_t kMessageBytes = std::int64_t{64} << 20;
   std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
   for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);
   for (auto& [dtype, group] : by_dtype) {
-    std::vector<at::Tensor> flat_views;
-    for (const auto& t : group) flat_views.push_back(t.detach().reshape({-1}));
-    at::Tensor packed = at::cat(flat_views);
-    comm.broadcast(packed, root)->wait();
-    std::int64_t offset = 0;
-    c10::NoGradGuard no_grad;
-    for (auto& t : group) {
-      t.detach().copy_(packed.narrow(0, offset, t.numel()).view(t.sizes()));
-      offset += t.numel();
+    std::vector<at::Tensor> message;
+    std::int64_t bytes = 0;
+    for (const auto& t : group) {
+      const auto size = static_cast<std::int64_t>(t.nbytes());
+      if (!message.empty() && bytes + size > kMessageBytes) {
+        broadcast_packed(comm, message, root);
+        message.clear();
+        bytes = 0;
+      }
+      message.push_back(t);
+      bytes += size;
     }
+    if (!message.empty()) broadcast_packed(comm, message, root);
   }
 }
 

@@ -182,7 +182,8 @@ class ShardedUpdate final : public GradientUpdate {
   }
 
   // Bucket by bucket, this rank's updated chunk goes to every rank and every rank's chunk into the
-  // parameters; two buckets in flight at most, so the gathered copies never approach the model's size.
+  // parameters, gathered in place (the rank's chunk is its part of the gathered bucket); two
+  // buckets in flight at most, so the gathered copies never approach the model's size.
   void gather_parameters() {
     c10::NoGradGuard no_grad;
     struct InFlight {
@@ -195,7 +196,9 @@ class ShardedUpdate final : public GradientUpdate {
     size_t next_piece = 0;
     for (size_t b = 0; b < sync_->bucket_count(); ++b) {
       const at::Tensor& shard = sync_->shard(b);
-      InFlight gather{b, at::zeros_like(shard), at::empty({shard.numel() * comm_.size()}, shard.options()), nullptr};
+      InFlight gather{b, at::Tensor(), at::empty({shard.numel() * comm_.size()}, shard.options()), nullptr};
+      gather.mine = gather.all.narrow(0, shard.numel() * comm_.rank(), shard.numel());
+      gather.mine.zero_();  // the padding
       for (; next_piece < pieces_.size() && pieces_[next_piece].bucket == b; ++next_piece) {
         const ddp::ShardPiece& piece = pieces_[next_piece];
         gather.mine.narrow(0, piece.shard_offset, piece.numel).copy_(piece_tensors_[next_piece]);

@@ -220,6 +220,17 @@ TEST(MpiCommunicator, AllgatherAndReduceScatterInRankOrder) {
   at::Tensor half = torch::empty({2}, torch::kHalf);
   comm->reduce_scatter(input.to(torch::kHalf), half, comm::ReduceOp::kSum)->wait();
   EXPECT_TRUE(torch::equal(half.to(torch::kFloat64), sum));
+  // In place (NCCL's convention, which stage 1 of a sharded optimizer uses): the rank's own
+  // chunk of the input receives the result; an in-place gather takes the rank's chunk as input.
+  at::Tensor whole = input.clone();
+  at::Tensor own = whole.narrow(0, 2 * rank, 2);
+  comm->reduce_scatter(whole, own, comm::ReduceOp::kAvg)->wait();
+  EXPECT_TRUE(torch::equal(own, average)) << "in-place reduce_scatter";
+  at::Tensor all = torch::full({world * 3}, -1.0f);
+  at::Tensor slot = all.narrow(0, 3 * rank, 3);
+  slot.copy_(mine);
+  comm->allgather(slot, all)->wait();
+  EXPECT_TRUE(torch::equal(all, gathered)) << "in-place allgather";
   at::Tensor wrong = torch::empty({3}, torch::kFloat64);
   EXPECT_THROW(comm->reduce_scatter(input, wrong, comm::ReduceOp::kSum), CommError);
   EXPECT_THROW(comm->allgather(mine, wrong), CommError);

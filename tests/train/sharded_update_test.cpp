@@ -175,7 +175,8 @@ TEST(ShardedUpdate, EachRankHoldsItsShareOfTheOptimizerStateAndStageTwoOfTheGrad
   for (size_t r = 0; r < 4; ++r) {
     EXPECT_EQ(one.held[r].parameters, replicated.held[r].parameters);
     EXPECT_LE(two.held[r].optimizer_state, replicated.held[r].optimizer_state / 4 + 8 * 8);
-    EXPECT_GE(one.held[r].gradients, replicated.held[r].gradients) << "full buckets and a shard";
+    EXPECT_GE(one.held[r].gradients, replicated.held[r].gradients) << "full (padded) buckets";
+    EXPECT_LE(one.held[r].gradients, replicated.held[r].gradients + 8 * 4 * 4) << "the shards are in them";
     EXPECT_LE(two.held[r].gradients, replicated.held[r].gradients / 4 + 8 * 4 * 4) << "the shards only";
   }
 }

@@ -46,9 +46,11 @@ class Communicator {
   // the rank watch; queued, it throws CommError from the wait, as allreduce's does.
   virtual void allreduce_blocking(at::Tensor& tensor, ReduceOp op) { allreduce(tensor, op)->wait(); }
   // `output` (size() x input.numel() elements) receives every rank's `input`, in rank order.
+  // In place when `input` is the memory of chunk rank() of `output` (NCCL's convention).
   virtual std::unique_ptr<Work> allgather(const at::Tensor& input, at::Tensor& output) = 0;
   // `input` holds size() equal chunks; chunk r, reduced over all ranks, lands in rank r's
-  // `output` (input.numel() / size() elements). The sharded-optimizer building block.
+  // `output` (input.numel() / size() elements). The sharded-optimizer building block. In place
+  // when `output` is the memory of chunk rank() of `input`; `input` is then left undefined.
   virtual std::unique_ptr<Work> reduce_scatter(const at::Tensor& input, at::Tensor& output,
                                                ReduceOp op) = 0;
   // Collective.

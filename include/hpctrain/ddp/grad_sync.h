@@ -33,7 +33,7 @@ namespace hpctrain::ddp {
 // What a bucket's reduction gives each rank.
 enum class Reduction {
   kAllreduce,      // the whole bucket's average, in every parameter's .grad() (replicated)
-  kReduceScatter,  // its chunk's average in shard(b); .grad() keeps this rank's own sums (ZeRO 1)
+  kReduceScatter,  // its chunk's average in shard(b), in place; .grad() undefined after (ZeRO 1)
   // As kReduceScatter, and the bucket's full gradients exist only from its launch until its
   // reduce-scatter completes: autograd's .grad() tensors are copied into the bucket at launch and
   // dropped, the bucket freed once reduced (ZeRO 2).
@@ -75,7 +75,8 @@ class GradSync {
   size_t bucket_count() const;
   const std::vector<Bucket>& buckets() const;
   // Sharded reductions: this rank's chunk of bucket `b` (padded_numel / size() elements), holding
-  // its average after average_gradients(). Allocated once; the padding's elements stay zero.
+  // its average after average_gradients(): at stage 1 the bucket's own chunk, at stage 2 a
+  // buffer of its own. The padding's elements stay zero.
   const at::Tensor& shard(size_t b) const;
   // The bytes of gradient buffers held now: buckets (those in flight, when released) and shards.
   std::int64_t gradient_bytes() const;
@@ -88,8 +89,8 @@ class GradSync {
   std::unique_ptr<State> state_;
 };
 
-// Collective: every rank's `tensors` get the values of rank `root`'s (grouped by dtype into one
-// message each). Shapes and order must match across ranks.
+// Collective: every rank's `tensors` get the values of rank `root`'s (grouped by dtype into
+// messages of up to 64 MiB). Shapes and order must match across ranks.
 void broadcast_tensors(comm::Communicator& comm, const std::vector<at::Tensor>& tensors, int root);
 
 // Collective: the ranks whose `tensors` differ from rank 0's, bit for bit (empty when every
