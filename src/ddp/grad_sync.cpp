@@ -35,6 +35,19 @@ class AfterAccumulation final : public torch::autograd::FunctionPostHook {
   std::function<void()> on_accumulated_;
 };
 
+// Calls `before` before autograd adds a backward's gradient into a parameter's .grad().
+class BeforeAccumulation final : public torch::autograd::FunctionPreHook {
+ public:
+  explicit BeforeAccumulation(std::function<void()> before) : before_(std::move(before)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& gradients) override {
+    before_();
+    return gradients;
+  }
+
+ private:
+  std::function<void()> before_;
+};
+
 }  // namespace
 
 // Note [Gradients in buckets]: each parameter's .grad() is its slot in its bucket's flat buffer
@@ -50,10 +63,12 @@ class AfterAccumulation final : public torch::autograd::FunctionPostHook {
 // Sharded (ZeRO 1): the same buckets, padded with zeros to a multiple of the world size, are
 // reduce-scattered in place: each rank's chunk of the bucket becomes its shard, the average of
 // that chunk; the rest of the bucket, and so the .grad() slots, are left undefined until the next
-// step's zeroing (the padding stays zero: it is only ever the result of adding zeros). Released (ZeRO 2): no bucket exists between steps. Autograd
-// makes and accumulates each .grad() as without GradSync; a bucket is allocated when it launches,
-// the gradients copied in and dropped, and the bucket freed as soon as its reduce-scatter is seen
-// complete (at a later launch, or in average_gradients()).
+// step's zeroing (the padding stays zero: it is only ever the result of adding zeros).
+// Released (ZeRO 2): no bucket exists between steps. A hook before accumulation allocates a bucket
+// when the first of its gradients arrives and puts every one of its parameters' .grad() in its
+// slot, so autograd accumulates into the bucket as at stage 0; at launch the slots are dropped
+// from the parameters, and the bucket is freed as soon as its reduce-scatter is seen complete (at
+// a later launch, or in average_gradients()).
 
 struct GradSync::State {
   comm::Communicator& comm;
@@ -81,6 +96,7 @@ struct GradSync::State {
   // autograd keeps the accumulator, and our hook, from one backward to the next.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
   std::vector<std::uintptr_t> hook_keys;
+  std::vector<const torch::autograd::FunctionPreHook*> pre_hooks;  // released buckets' allocators
   std::mutex mutex;                      // hooks run on autograd's threads
 
   State(comm::Communicator& c, std::vector<at::Tensor> p, GradSyncOptions o)
@@ -103,23 +119,42 @@ struct GradSync::State {
   }
 
   void put_gradients_in_slots() {
-    if (releases()) return;  // autograd's own .grad() tensors until launch
-    c10::NoGradGuard no_grad;
+    if (releases()) return;  // a released bucket's slots are put there when it is allocated
     for (size_t i = 0; i < parameters.size(); ++i) {
-      if (!accumulators[i] || grad_in_slot(i)) continue;
-      const at::Tensor& grad = parameters[i].grad();
-      // The slot's memory, but not an autograd view of the bucket: an optimizer's zero_grad()
-      // may detach_() a gradient, which libtorch refuses for a view.
-      const at::Tensor shaped = slot(i).view(parameters[i].sizes());
-      at::Tensor in_slot = at::empty({0}, shaped.options())
-                               .set_(shaped.storage(), shaped.storage_offset(), shaped.sizes(), shaped.strides());
-      if (grad.defined()) {
-        in_slot.copy_(grad);
-      } else {
-        in_slot.zero_();
-      }
-      parameters[i].mutable_grad() = in_slot;
+      if (accumulators[i] && !grad_in_slot(i)) put_in_slot(i);
     }
+  }
+
+  // Parameter i's .grad() becomes its slot, holding the gradient it held (or zeros).
+  void put_in_slot(size_t i) {
+    c10::NoGradGuard no_grad;
+    const at::Tensor& grad = parameters[i].grad();
+    // The slot's memory, but not an autograd view of the bucket: an optimizer's zero_grad()
+    // may detach_() a gradient, which libtorch refuses for a view.
+    const at::Tensor shaped = slot(i).view(parameters[i].sizes());
+    at::Tensor in_slot = at::empty({0}, shaped.options())
+                             .set_(shaped.storage(), shaped.storage_offset(), shaped.sizes(), shaped.strides());
+    if (grad.defined()) {
+      in_slot.copy_(grad);
+    } else {
+      in_slot.zero_();
+    }
+    parameters[i].mutable_grad() = in_slot;
+  }
+
+  // A released bucket, allocated with its parameters' gradients in their slots.
+  void allocate(size_t b) {
+    buffers[b] = at::zeros({padded[b]}, parameters.front().options());
+    for (const size_t i : plan[b].parameters) {
+      slot_data[i] = slot(i).data_ptr();
+      put_in_slot(i);
+    }
+  }
+
+  // Before autograd adds parameter i's gradient of this backward into its .grad().
+  void before_accumulation(size_t i) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (!buffers[bucket_of[i]].defined()) allocate(bucket_of[i]);
   }
 
   // After autograd added parameter i's gradient of this backward into its .grad().
@@ -136,16 +171,20 @@ struct GradSync::State {
 
   void launch(size_t b) {
     c10::NoGradGuard no_grad;
-    if (releases()) buffers[b] = at::zeros({padded[b]}, parameters.front().options());
+    if (releases() && !buffers[b].defined()) allocate(b);  // no parameter of it got a gradient
     for (const size_t i : plan[b].parameters) {
-      if (grad_in_slot(i)) continue;  // what backward accumulated, or what .grad() held
-      const at::Tensor& grad = parameters[i].grad();
-      if (grad.defined()) {
-        slot(i).copy_(grad.reshape({-1}));
-      } else {
-        slot(i).zero_();
+      if (!grad_in_slot(i)) {  // not what backward accumulated there: what .grad() holds, or zeros
+        const at::Tensor& grad = parameters[i].grad();
+        if (grad.defined()) {
+          slot(i).copy_(grad.reshape({-1}));
+        } else {
+          slot(i).zero_();
+        }
       }
-      if (releases()) parameters[i].mutable_grad().reset();  // the bucket holds it now
+      if (releases()) {  // the bucket alone holds it now, until reduced
+        parameters[i].mutable_grad().reset();
+        slot_data[i] = nullptr;
+      }
     }
     if (releases()) {
       wire[b] = compresses(buffers[b]) ? buffers[b].to(options.wire_dtype) : buffers[b];
@@ -241,6 +280,7 @@ GradSync::GradSync(comm::Communicator& comm, std::vector<at::Tensor> parameters,
   s.finished.assign(s.plan.size(), 0);
   s.accumulators.resize(s.parameters.size());
   s.hook_keys.assign(s.parameters.size(), 0);
+  s.pre_hooks.assign(s.parameters.size(), nullptr);
   s.alone = comm.size() == 1 && !s.sharded();
   for (size_t i = 0; i < s.parameters.size() && !s.alone; ++i) {
     if (!s.parameters[i].requires_grad()) continue;  // frozen: never gets a gradient
@@ -249,6 +289,11 @@ GradSync::GradSync(comm::Communicator& comm, std::vector<at::Tensor> parameters,
     HT_CHECK(s.accumulators[i] != nullptr, "a trainable parameter has no gradient accumulator");
     s.hook_keys[i] = s.accumulators[i]->add_post_hook(
         std::make_unique<AfterAccumulation>([state, i] { state->on_accumulated(i); }));
+    if (s.releases()) {
+      auto allocator = std::make_unique<BeforeAccumulation>([state, i] { state->before_accumulation(i); });
+      s.pre_hooks[i] = allocator.get();
+      s.accumulators[i]->add_pre_hook(std::move(allocator));
+    }
   }
   for (size_t i = 0; i < s.parameters.size(); ++i) {
     s.slot_data.push_back(s.releases() ? nullptr : s.slot(i).data_ptr());
@@ -258,7 +303,12 @@ GradSync::GradSync(comm::Communicator& comm, std::vector<at::Tensor> parameters,
 
 GradSync::~GradSync() {
   for (size_t i = 0; i < state_->parameters.size(); ++i) {
-    if (state_->accumulators[i]) state_->accumulators[i]->del_post_hook(state_->hook_keys[i]);
+    if (!state_->accumulators[i]) continue;
+    state_->accumulators[i]->del_post_hook(state_->hook_keys[i]);
+    auto& pre_hooks = state_->accumulators[i]->pre_hooks();  // libtorch has no del_pre_hook
+    pre_hooks.erase(std::remove_if(pre_hooks.begin(), pre_hooks.end(),
+                                   [&](const auto& hook) { return hook.get() == state_->pre_hooks[i]; }),
+                    pre_hooks.end());
   }
 }
 
@@ -358,8 +408,8 @@ void broadcast_packed(comm::Communicator& comm, const std::vector<at::Tensor>& g
 }  // namespace
 
 void broadcast_tensors(comm::Communicator& comm, const std::vector<at::Tensor>& tensors, int root) {
-  // Messages of up to 64 MiB, so the packed copy never approaches a large model's size.
-  constexpr std::int64_t kMessageBytes = std::int64_t{64} << 20;
+  // Messages of up to 16 MiB, so the packed copy never approaches a large model's size.
+  constexpr std::int64_t kMessageBytes = std::int64_t{16} << 20;
   std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
   for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);
   for (auto& [dtype, group] : by_dtype) {

@@ -90,7 +90,7 @@ class GradSync {
 };
 
 // Collective: every rank's `tensors` get the values of rank `root`'s (grouped by dtype into
-// messages of up to 64 MiB). Shapes and order must match across ranks.
+// messages of up to 16 MiB). Shapes and order must match across ranks.
 void broadcast_tensors(comm::Communicator& comm, const std::vector<at::Tensor>& tensors, int root);
 
 // Collective: the ranks whose `tensors` differ from rank 0's, bit for bit (empty when every
