@@ -226,41 +226,48 @@ void H5File::create(const std::string& name, DType dtype, const std::vector<std:
 
 namespace {
 
-// Selects, in `space` (of `dims`), the elements [lo, hi) counted row-major from `start` (the
-// first `dim` coordinates fixed): a partial first row, whole rows, a partial last row, each
-// recursively, so at most two boxes per dimension. HDF5 visits a selection in row-major order,
-// which is the order of the range.
-void select_range(hid_t space, const std::vector<hsize_t>& dims, std::vector<hsize_t> start, size_t dim, hsize_t lo,
-                  hsize_t hi) {
+// A box of a dataset: a hyperslab of `count` elements per dimension from `start`.
+struct Box {
+  std::vector<hsize_t> start;
+  std::vector<hsize_t> count;
+  hsize_t elements = 0;
+};
+
+// The boxes of the elements [lo, hi), counted row-major, of the part of a dataset of `dims` whose
+// first `dim` coordinates are `start`'s, in row-major order: a partial first row, whole rows, a
+// partial last row, each recursively, so at most two boxes per dimension.
+void range_boxes(const std::vector<hsize_t>& dims, std::vector<hsize_t> start, size_t dim, hsize_t lo, hsize_t hi,
+                 std::vector<Box>& out) {
   if (lo >= hi) return;
   hsize_t inner = 1;
   for (size_t d = dim + 1; d < dims.size(); ++d) inner *= dims[d];
-  const auto box = [&](hsize_t first_row, hsize_t rows) {
-    std::vector<hsize_t> at = start;
-    std::vector<hsize_t> count(dims.size(), 1);
-    at[dim] = first_row;
-    count[dim] = rows;
-    for (size_t d = dim + 1; d < dims.size(); ++d) count[d] = dims[d];
-    H5Sselect_hyperslab(space, H5S_SELECT_OR, at.data(), nullptr, count.data(), nullptr);
-  };
   if (lo % inner != 0) {  // a partial first row
     const hsize_t row = lo / inner;
     const hsize_t end = std::min(hi, (row + 1) * inner);
     start[dim] = row;
-    select_range(space, dims, start, dim + 1, lo - row * inner, end - row * inner);
+    range_boxes(dims, start, dim + 1, lo - row * inner, end - row * inner, out);
     lo = end;
   }
-  if (hi / inner > lo / inner) box(lo / inner, hi / inner - lo / inner);
+  if (hi / inner > lo / inner) {  // whole rows
+    Box box{start, std::vector<hsize_t>(dims.size(), 1), (hi / inner - lo / inner) * inner};
+    box.start[dim] = lo / inner;
+    box.count[dim] = hi / inner - lo / inner;
+    for (size_t d = dim + 1; d < dims.size(); ++d) box.count[d] = dims[d];
+    out.push_back(box);
+  }
   if (hi % inner != 0 && hi / inner >= lo / inner && hi > lo) {  // a partial last row
     const hsize_t row = hi / inner;
     start[dim] = row;
-    select_range(space, dims, start, dim + 1, 0, hi - row * inner);
+    range_boxes(dims, start, dim + 1, 0, hi - row * inner, out);
   }
 }
 
-// The file space of `set` with elements [offset, offset + count) selected; an error naming `where`
-// when the range is not within the dataset.
-Handle range_space(hid_t set, const std::string& where, ExitCode code, std::int64_t offset, std::int64_t count) {
+// Reads (or with `write`, writes) elements [offset, offset + count) of the open dataset `set`,
+// counted row-major, box by box: each a regular hyperslab, which HDF5 moves in whole runs, where
+// one selection of several boxes would go through its slower irregular path. A range beyond the
+// dataset is an error naming `where`, raised before anything moves.
+void transfer_range(hid_t set, const std::string& where, ExitCode code, DType dtype, std::int64_t offset,
+                    std::int64_t count, void* data, bool write) {
   Handle space(H5Dget_space(set));
   const int rank = H5Sget_simple_extent_ndims(space.get());
   std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0)));
@@ -272,11 +279,31 @@ Handle range_space(hid_t set, const std::string& where, ExitCode code, std::int6
                     ") are outside the dataset of " + std::to_string(total),
                 code);
   }
-  if (rank == 0) return space;  // a scalar: its one element
-  H5Sselect_none(space.get());
-  select_range(space.get(), dims, std::vector<hsize_t>(dims.size(), 0), 0, static_cast<hsize_t>(offset),
-               static_cast<hsize_t>(offset + count));
-  return space;
+  const auto move = [&](hid_t memory, hid_t file, void* at) {
+    return write ? H5Dwrite(set, native_type(dtype), memory, file, H5P_DEFAULT, at)
+                 : H5Dread(set, native_type(dtype), memory, file, H5P_DEFAULT, at);
+  };
+  const auto fail = [&] {
+    throw Error(where + (write ? ": cannot write elements: " : ": cannot read elements (corrupted or truncated?): ") +
+                    hdf5_message(),
+                code);
+  };
+  if (count == 0) return;
+  if (rank == 0) {  // a scalar: its one element
+    if (move(H5S_ALL, H5S_ALL, data) < 0) fail();
+    return;
+  }
+  std::vector<Box> boxes;
+  range_boxes(dims, std::vector<hsize_t>(dims.size(), 0), 0, static_cast<hsize_t>(offset),
+              static_cast<hsize_t>(offset + count), boxes);
+  char* at = static_cast<char*>(data);
+  for (const Box& box : boxes) {
+    H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, box.start.data(), nullptr, box.count.data(), nullptr);
+    // The box's own shape in memory too: HDF5 then moves it as one block.
+    const Handle memory(H5Screate_simple(rank, box.count.data(), nullptr));
+    if (move(memory.get(), space.get(), at) < 0) fail();
+    at += box.elements * dtype_size(dtype);
+  }
 }
 
 }  // namespace
@@ -286,12 +313,8 @@ void H5File::write_range(const std::string& name, DType dtype, std::int64_t offs
   const LibraryLock lock;
   Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT));
   if (!set.ok()) fail("cannot open dataset " + name);
-  const Handle file_space = range_space(set.get(), path_ + ": dataset '" + name + "'", code_, offset, count);
-  const hsize_t n = static_cast<hsize_t>(count);
-  const Handle memory_space(H5Screate_simple(1, &n, nullptr));
-  if (count > 0 && H5Dwrite(set.get(), native_type(dtype), memory_space.get(), file_space.get(), H5P_DEFAULT, data) < 0) {
-    fail("cannot write elements of dataset " + name);
-  }
+  transfer_range(set.get(), path_ + ": dataset '" + name + "'", code_, dtype, offset, count, const_cast<void*>(data),
+                 /*write=*/true);
 }
 
 void H5File::read_range(const std::string& name, DType dtype, std::int64_t offset, std::int64_t count,
@@ -300,12 +323,7 @@ void H5File::read_range(const std::string& name, DType dtype, std::int64_t offse
   Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT));
   if (!set.ok()) fail("cannot open dataset " + name);
   check_layout(set.get(), path_ + ": dataset '" + name + "'", code_);
-  const Handle file_space = range_space(set.get(), path_ + ": dataset '" + name + "'", code_, offset, count);
-  const hsize_t n = static_cast<hsize_t>(count);
-  const Handle memory_space(H5Screate_simple(1, &n, nullptr));
-  if (count > 0 && H5Dread(set.get(), native_type(dtype), memory_space.get(), file_space.get(), H5P_DEFAULT, out) < 0) {
-    fail("cannot read elements of dataset " + name + " (corrupted or truncated?)");
-  }
+  transfer_range(set.get(), path_ + ": dataset '" + name + "'", code_, dtype, offset, count, out, /*write=*/false);
 }
 
 bool H5File::exists(const std::string& name) const {

@@ -98,8 +98,10 @@ class ReplicatedUpdate final : public GradientUpdate {
   HeldBytes held_bytes() const override {
     HeldBytes held;
     std::int64_t elements = 0;
-    for (const auto& p : parameters_) elements += p.numel();
-    held.parameters = elements * static_cast<std::int64_t>(sizeof(float));
+    for (const auto& p : parameters_) {
+      elements += p.numel();
+      held.parameters += static_cast<std::int64_t>(p.nbytes());
+    }
     held.gradients = held.parameters;
     held.optimizer_state = elements * optimizer_state_bytes_per_element(optim_);
     return held;

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -236,6 +237,37 @@ TEST(ShardedUpdate, SlicesFromEveryRankReadAsAReplicatedCheckpointAndLoadAtAnyWo
     }
   }
   sys::remove_tree(dir);
+}
+
+// Note [Sharded checkpoints]: a rank that cannot write its part ends every rank with its error,
+// and nothing is published. Here rank 0 cannot start the file: checkpoints/ is a regular file.
+TEST(ShardedUpdate, AFailedShardedWriteEndsEveryRankWithTheFailingRanksError) {
+  const std::string root = (std::filesystem::temp_directory_path() / "hpctrain-sharded-write-test").string();
+  sys::remove_tree(root);
+  std::filesystem::create_directories(root);
+  std::ofstream(root + "/checkpoints") << "not a directory\n";
+  auto options = kOptimizers.at("adamw");
+  options["dist.zero_stage"] = "2";
+  const config::Config config = sharded_config(options);
+  FakeWorld world(3);
+  std::vector<std::shared_ptr<model::Model>> models{fresh_model(config), fresh_model(config), fresh_model(config)};
+  std::vector<std::string> errors(3);
+  run_ranks(world, [&](FakeCommunicator& comm) {
+    const auto r = static_cast<size_t>(comm.rank());
+    Step step(models[r], config, comm, torch::kCPU);
+    step.run(micro_batches(0, comm.rank(), 3), {0.05, false});
+    Checkpointer checkpointer(config, comm, RunDirectory(root), torch::kCPU);
+    try {
+      checkpointer.save(step, {1, 0, 0}, {});
+    } catch (const CheckpointError& e) {
+      errors[r] = e.what();
+    }
+  });
+  for (const std::string& error : errors) {
+    EXPECT_EQ(error.rfind("rank 0: writing checkpoint " + root + "/checkpoints/ckpt-1.h5", 0), 0u) << error;
+  }
+  EXPECT_TRUE(std::filesystem::is_regular_file(root + "/checkpoints"));
+  sys::remove_tree(root);
 }
 
 }  // namespace
