@@ -37,8 +37,11 @@ class ShardedUpdate final : public GradientUpdate {
       : stage_(static_cast<int>(config.dist.zero_stage)), optim_(config.optim), comm_(comm) {
     std::vector<std::int64_t> numels;
     for (const auto& [name, parameter] : trainable) {
-      HT_CHECK(parameter.is_contiguous() && parameter.scalar_type() == at::kFloat,
-               "sharded parameters are contiguous float32");
+      if (!parameter.is_contiguous() || parameter.scalar_type() != at::kFloat) {
+        throw ConfigError("dist.zero_stage=" + std::to_string(stage_) + " shards contiguous float32 parameters; '" +
+                          name + "' is " + (parameter.is_contiguous() ? "" : "non-contiguous ") +
+                          c10::toString(parameter.scalar_type()) + ": use dist.zero_stage=0 for this model");
+      }
       names_.push_back(name);
       parameters_.push_back(parameter);
       numels.push_back(parameter.numel());
@@ -61,8 +64,8 @@ class ShardedUpdate final : public GradientUpdate {
     piece_names_ = names_in_optimizer_order(*optimizer_, named_pieces);
   }
 
-  // Stage 1's gradients stay in their bucket slots, zeroed; stage 2 drops them, so autograd makes
-  // new ones and no full gradient is held between steps.
+  // Stage 1's gradients stay in their bucket slots, zeroed; stage 2 holds none between steps (a
+  // bucket is allocated when its first gradient arrives).
   void zero_grad() override {
     c10::NoGradGuard no_grad;
     for (auto& p : parameters_) {

@@ -135,6 +135,19 @@ TEST_F(TorchScriptEndToEnd, FrozenParametersStayAsSaved) {
 
 // One weight under two names (second.weight = first.weight): trained once, stored under both, so
 // the exported state_dict loads strictly into the Python module and gives hpctrain's test loss.
+// dist.zero_stage shards what learns and leaves frozen parameters alone: at -np 2 stage 2 trains
+// the module with a frozen first layer exactly as stage 0 does.
+TEST_F(TorchScriptEndToEnd, StageTwoTrainsAModuleWithFrozenParametersAsStageZeroDoes) {
+  for (const char* stage : {"0", "2"}) {
+    const ProcessResult r = run_command(train(2, std::string("frozen-stage") + stage,
+                                              "--train.max_steps=12 --model.path=" + work_ +
+                                                  "/frozen.pt --dist.zero_stage=" + stage));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  expect_same_tensors(work_ + "/frozen-stage0/checkpoints/ckpt-12.h5", work_ + "/frozen-stage2/checkpoints/ckpt-12.h5",
+                      {"model", "optim"});
+}
+
 TEST_F(TorchScriptEndToEnd, TiedWeightsTrainOnceAndExportUnderBothNames) {
   const ProcessResult r = run_command(train(2, "tied", "--train.max_steps=4 --ckpt.every_steps=2 --model.path=" +
                                                            work_ + "/tied.pt"));

@@ -102,7 +102,7 @@ std::string ZeroEndToEnd::tokens_;
 TEST_F(ZeroEndToEnd, FashionCnnAtStagesOneAndTwoEqualsReplicatedToTheBit) {
   const ProcessResult replicated = run_command(fashion(2, "f0", ""));
   ASSERT_EQ(replicated.exit_code, 0) << replicated.err;
-  const ProcessResult one = run_command(fashion(2, "f1", "--dist.zero_stage=1"));
+  const ProcessResult one = run_command(fashion(2, "f1", "--dist.zero_stage=1 --dist.check_replicas_every=1"));
   ASSERT_EQ(one.exit_code, 0) << one.err;
   EXPECT_EQ(count_lines_with(one.err, "of optimizer state (dist.zero_stage=1, its share of 2 rank(s))"), 1)
       << one.err;

@@ -144,6 +144,20 @@ TEST(ShardedUpdate, StagesOneAndTwoTakeTheStepsOfReplicatedTrainingBitForBit) {
   }
 }
 
+// bf16 on the wire: the reduce-scatter carries the same bf16 numbers the allreduce does.
+TEST(ShardedUpdate, CompressedBucketsGiveTheStepsOfCompressedReplicatedTraining) {
+  auto options = kOptimizers.at("adamw");
+  options["dist.grad_compression"] = "bf16";
+  const std::vector<at::Tensor> replicated = train(sharded_config(options), 3, 0, 3).parameters;
+  for (const char* stage : {"1", "2"}) {
+    options["dist.zero_stage"] = stage;
+    const std::vector<at::Tensor> sharded = train(sharded_config(options), 3, 0, 3).parameters;
+    for (size_t i = 0; i < sharded.size(); ++i) {
+      EXPECT_TRUE(at::equal(sharded[i], replicated[i])) << "stage " << stage << ": parameter " << i;
+    }
+  }
+}
+
 TEST(ShardedUpdate, ClippingByTheGlobalNormAgreesWithinRounding) {
   auto options = kOptimizers.at("adamw");
   options["optim.clip_grad_norm"] = "0.05";  // well below the norms: every step is clipped
