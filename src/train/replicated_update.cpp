@@ -82,7 +82,6 @@ class ReplicatedUpdate final : public GradientUpdate {
     return first >= 0 ? module_order_names_[static_cast<size_t>(first)] : "";
   }
 
-  torch::optim::Optimizer& optimizer() override { return *optimizer_; }
   double lr() const override { return current_lr(*optimizer_); }
   std::size_t bucket_count() const override { return sync_->bucket_count(); }
   int zero_stage() const override { return 0; }

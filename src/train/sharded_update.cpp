@@ -121,7 +121,6 @@ class ShardedUpdate final : public GradientUpdate {
     return "";
   }
 
-  torch::optim::Optimizer& optimizer() override { return *optimizer_; }
   double lr() const override { return current_lr(*optimizer_); }
   std::size_t bucket_count() const override { return sync_->bucket_count(); }
   int zero_stage() const override { return stage_; }

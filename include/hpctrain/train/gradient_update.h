@@ -4,8 +4,8 @@
 // backward) and applies the whole optimizer step to its own copy. Sharded (dist.zero_stage=1, 2):
 // the buckets are reduce-scattered, each rank's optimizer updates only the elements it owns
 // (ddp/shard_plan.h), and the updated parameters are all-gathered (docs/distributed.md, "Sharding
-// (ZeRO)"). Depends on ckpt, comm, ddp, config and the train module's LossScaler; torch::optim is
-// forward-declared.
+// (ZeRO)"). Depends on ckpt, comm, ddp, config and the train module's LossScaler and optimizer
+// factory.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -61,8 +61,7 @@ class GradientUpdate {
   // Collective: the name of the first parameter whose averaged gradient holds inf or NaN, "" if
   // none (for messages).
   virtual std::string first_nonfinite_gradient() = 0;
-  virtual torch::optim::Optimizer& optimizer() = 0;
-  virtual double lr() const = 0;
+  virtual double lr() const = 0;  // the optimizer's current learning rate
   virtual std::size_t bucket_count() const = 0;
 
   // dist.zero_stage: 0 replicated, else sharded.
