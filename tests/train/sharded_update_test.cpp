@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -156,6 +157,31 @@ TEST(ShardedUpdate, CompressedBucketsGiveTheStepsOfCompressedReplicatedTraining)
       EXPECT_TRUE(at::equal(sharded[i], replicated[i])) << "stage " << stage << ": parameter " << i;
     }
   }
+}
+
+// Each rank sees only its shards, yet every rank skips a step whose gradient is not finite on any
+// of them, and the message names the loss's rank and a parameter.
+TEST(ShardedUpdate, ANonFiniteGradientOnOneRankIsSkippedOnEveryRank) {
+  auto options = kOptimizers.at("adamw");
+  options["dist.zero_stage"] = "2";
+  const config::Config config = sharded_config(options);
+  FakeWorld world(3);
+  std::vector<std::shared_ptr<model::Model>> models{fresh_model(config), fresh_model(config), fresh_model(config)};
+  const std::vector<at::Tensor> before = parameters_of(*models[0]);
+  run_ranks(world, [&](FakeCommunicator& comm) {
+    const auto r = static_cast<size_t>(comm.rank());
+    Step step(models[r], config, comm, torch::kCPU);
+    std::vector<data::Batch> batches = micro_batches(0, comm.rank(), 3);
+    if (comm.rank() == 2) batches[1].input[0][0] = std::nan("");
+    const StepResult result = step.run(batches, {0.05, true});
+    EXPECT_FALSE(result.finite);
+    EXPECT_EQ(result.action, NonfiniteAction::kSkip);
+    const std::string what = step.describe_nonfinite(result.loss_sum);
+    EXPECT_NE(what.find("the averaged gradient of '"), std::string::npos) << what;
+    EXPECT_NE(what.find("the loss was not finite on rank(s) 2"), std::string::npos) << what;
+    const std::vector<at::Tensor> after = parameters_of(*models[r]);
+    for (size_t i = 0; i < after.size(); ++i) EXPECT_TRUE(at::equal(after[i], before[i])) << "parameter " << i;
+  });
 }
 
 TEST(ShardedUpdate, ClippingByTheGlobalNormAgreesWithinRounding) {
