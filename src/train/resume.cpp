@@ -23,10 +23,10 @@ std::optional<Resumed> Checkpointer::resume(Step& step, std::int64_t accumulatio
   const ckpt::CheckpointMeta& meta = reader.meta();
   check_config_unchanged(reader);
   GradientUpdate& update = step.update();
+  const auto load_optimizer = [&update](const ckpt::CheckpointReader& r) { update.load_optimizer_state(r); };
   const ResumedState state = read_resume_state(
-      reader, ResumeTargets{step.model(), [&update](const ckpt::CheckpointReader& r) { update.load_optimizer_state(r); },
-                            step.skipped(),
-                            step.loss_scaler(), device_, control_.world_rank(), control_.world_size()});
+      reader, ResumeTargets{step.model(), load_optimizer, step.skipped(), step.loss_scaler(), device_,
+                            control_.world_rank(), control_.world_size()});
   step.set_count(state.step);
   if (step.loss_scaler() && !state.loss_scale_restored) {
     log::warn("checkpoint {} holds no loss scale (written without loss scaling); starting from "

@@ -175,6 +175,13 @@ class ShardedUpdate final : public GradientUpdate {
   }
 
  private:
+  // One bucket's all-gather of the updated chunks, in flight.
+  struct Gathering {
+    size_t bucket;
+    at::Tensor all;  // every rank's chunk, this rank's written in place
+    std::unique_ptr<comm::Work> work;
+  };
+
   c10::Device device() const { return parameters_.front().device(); }
 
   std::vector<at::Tensor> shards() const {
@@ -188,24 +195,18 @@ class ShardedUpdate final : public GradientUpdate {
   // buckets in flight at most, so the gathered copies never approach the model's size.
   void gather_parameters() {
     c10::NoGradGuard no_grad;
-    struct InFlight {
-      size_t bucket;
-      at::Tensor mine;
-      at::Tensor all;
-      std::unique_ptr<comm::Work> work;
-    };
-    std::deque<InFlight> in_flight;
+    std::deque<Gathering> in_flight;
     size_t next_piece = 0;
     for (size_t b = 0; b < sync_->bucket_count(); ++b) {
       const at::Tensor& shard = sync_->shard(b);
-      InFlight gather{b, at::Tensor(), at::empty({shard.numel() * comm_.size()}, shard.options()), nullptr};
-      gather.mine = gather.all.narrow(0, shard.numel() * comm_.rank(), shard.numel());
-      gather.mine.zero_();  // the padding
+      Gathering gather{b, at::empty({shard.numel() * comm_.size()}, shard.options()), nullptr};
+      at::Tensor mine = gather.all.narrow(0, shard.numel() * comm_.rank(), shard.numel());
+      mine.zero_();  // the padding
       for (; next_piece < pieces_.size() && pieces_[next_piece].bucket == b; ++next_piece) {
         const ddp::ShardPiece& piece = pieces_[next_piece];
-        gather.mine.narrow(0, piece.shard_offset, piece.numel).copy_(piece_tensors_[next_piece]);
+        mine.narrow(0, piece.shard_offset, piece.numel).copy_(piece_tensors_[next_piece]);
       }
-      gather.work = comm_.allgather(gather.mine, gather.all);
+      gather.work = comm_.allgather(mine, gather.all);
       in_flight.push_back(std::move(gather));
       if (in_flight.size() > 1) {
         scatter_into_parameters(in_flight.front());
@@ -215,8 +216,7 @@ class ShardedUpdate final : public GradientUpdate {
     for (auto& gather : in_flight) scatter_into_parameters(gather);
   }
 
-  template <typename Gather>
-  void scatter_into_parameters(Gather& gather) {
+  void scatter_into_parameters(Gathering& gather) {
     gather.work->wait();
     std::int64_t offset = 0;
     for (const size_t p : sync_->buckets()[gather.bucket].parameters) {
