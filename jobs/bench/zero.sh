@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sharded data parallelism (dist.zero_stage) against replicated training, measured in one run:
 #   jobs/bench/zero.sh [--pairs 5] [--np 4] [--bin PATH] [-- BENCH_STEP_FLAGS...]
-# Runs `hpctrain bench step --zero-stage S` for S = 0, 1, 2, one process group per stage, in
-# turn and in alternating order (0 1 2, 2 1 0, ...) --pairs times, so drift on the machine hits
+# Runs `hpctrain bench step --zero-stage S` for S = 0, 1, 2, 3, one process group per stage, in
+# turn and in alternating order (0 1 2 3, 3 2 1 0, ...) --pairs times, so drift on the machine hits
 # every stage alike. Each run reports the median optimizer step time (slowest rank) and the
 # growth of peak RSS over the RSS before the model was built (largest rank). Prints, per stage,
 # the medians over the pairs and their ratios to stage 0. Default model: a gpt of 12 layers x 768
@@ -32,8 +32,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 for ((p = 0; p < pairs; p++)); do
-  order="0 1 2"
-  [ $((p % 2)) -eq 1 ] && order="2 1 0"
+  order="0 1 2 3"
+  [ $((p % 2)) -eq 1 ] && order="3 2 1 0"
   for stage in $order; do
     out=$(mpirun --oversubscribe -np "$np" "$bin" bench step "${flags[@]}" --zero-stage "$stage")
     ms=$(awk '/^optimizer step ms/ { print $4 }' <<<"$out")
@@ -53,7 +53,7 @@ awk '
   }
   END {
     printf "%-6s %12s %10s %18s %10s\n", "stage", "step ms", "x stage 0", "peak RSS growth", "x stage 0"
-    for (s = 0; s <= 2; s++) {
+    for (s = 0; s <= 3; s++) {
       m = median(ms[s]); r = median(rss[s])
       if (s == 0) { m0 = m; r0 = r }
       printf "%-6d %12.1f %10.3f %14.1f MiB %10.3f\n", s, m, m / m0, r, r / r0

@@ -33,7 +33,7 @@ const char* const kStepUsage =
     "                                          [--steps 20] [--bucket-mb 25] [--device cpu|cuda]\n"
     "                                          [--precision fp32|bf16|fp16] [--tf32 true|false]\n"
     "         gpt only: [--layers 12] [--heads 12] [--embd 768] [--block-size 1024] [--vocab 50257]\n"
-    "         sharding: --zero-stage 0|1|2 [--optimizer adamw|sgd]\n\n"
+    "         sharding: --zero-stage 0|1|2|3 [--optimizer adamw|sgd]\n\n"
     "Times one training step of --model on random data, batch --batch-size per rank (default 64;\n"
     "8 for gpt): classifiers on Fashion-MNIST-shaped samples (1x28x28, 10 classes); gpt, by\n"
     "default GPT-2 small (124 M parameters), on windows of --block-size random tokens. Cases:\n"

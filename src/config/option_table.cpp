@@ -80,14 +80,6 @@ Rule<T> between(T low, T high) {
           }};
 }
 
-// dist.zero_stage: 3 is named in ZeRO's papers and peers' docs, so it gets its own answer.
-Rule<std::int64_t> zero_stages() {
-  return {"0, 1 or 2", [](const std::int64_t& v) -> std::string {
-            if (v == 3) return "is ZeRO stage 3 (sharded parameters), not built yet; 2 shards the optimizer state and the gradients";
-            return v >= 0 && v <= 2 ? "" : "must be 0, 1 or 2";
-          }};
-}
-
 Rule<double> positive() {
   return {"> 0", [](const double& v) { return v > 0 ? "" : std::string("must be > 0"); }};
 }
@@ -408,9 +400,10 @@ std::vector<Option> build_table() {
           "Sharded data parallelism (ZeRO, docs/distributed.md): 0 every rank holds all parameters, "
           "gradients and optimizer state; 1 each rank keeps the optimizer state of only its 1/N of "
           "the parameters (buckets are reduce-scattered and the updated parameters all-gathered); "
-          "2 also its 1/N of the gradients. The same bytes on the wire as 0. (3, sharded "
-          "parameters, is not built yet.)",
-          zero_stages()),
+          "2 also its 1/N of the gradients; 3 also its 1/N of the parameters, each block's "
+          "gathered just before it runs (built-in models only). 1 and 2 move the same bytes as "
+          "0; 3 gathers the parameters again for backward.",
+          between<I>(0, 3)),
       row("dist.check_replicas_every", &C::dist, &DistConfig::check_replicas_every, "0",
           "Every this many optimizer steps, check that the parameters are bit-identical on "
           "every rank (a fingerprint, two small collectives) and stop with an error if not; "

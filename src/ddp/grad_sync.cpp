@@ -48,6 +48,21 @@ class BeforeAccumulation final : public torch::autograd::FunctionPreHook {
   std::function<void()> before_;
 };
 
+// `buckets` as given, after checking that they hold every parameter once, with their sizes.
+std::vector<Bucket> checked_buckets(std::vector<Bucket> buckets, const std::vector<std::int64_t>& numels) {
+  std::vector<char> seen(numels.size(), 0);
+  for (Bucket& bucket : buckets) {
+    bucket.numel = 0;
+    for (const size_t i : bucket.parameters) {
+      HT_CHECK(i < numels.size() && seen[i] == 0, "given buckets hold a parameter twice or one that is not there");
+      seen[i] = 1;
+      bucket.numel += numels[i];
+    }
+  }
+  HT_CHECK(std::find(seen.begin(), seen.end(), 0) == seen.end(), "given buckets leave a parameter out");
+  return buckets;
+}
+
 }  // namespace
 
 // Note [Gradients in buckets]: each parameter's .grad() is its slot in its bucket's flat buffer
@@ -162,7 +177,9 @@ struct GradSync::State {
     const std::lock_guard<std::mutex> lock(mutex);
     filled[i] = 1;
     const size_t b = bucket_of[i];
-    if (last_backward && options.overlap && missing[b] > 0 && --missing[b] == 0) launch_ready();
+    if (missing[b] == 0 || --missing[b] > 0) return;
+    if (options.on_filled) options.on_filled(b);
+    if (last_backward && options.overlap) launch_ready();
   }
 
   void launch_ready() {
@@ -241,7 +258,8 @@ GradSync::GradSync(comm::Communicator& comm, std::vector<at::Tensor> parameters,
     numels.push_back(p.numel());
   }
   const auto element = static_cast<std::int64_t>(s.parameters.front().element_size());
-  s.plan = plan_buckets(numels, std::max<std::int64_t>(1, options.bucket_bytes / element));
+  s.plan = options.buckets.empty() ? plan_buckets(numels, std::max<std::int64_t>(1, options.bucket_bytes / element))
+                                   : checked_buckets(options.buckets, numels);
   s.bucket_of.resize(s.parameters.size());
   s.offset_of.resize(s.parameters.size());
   for (size_t b = 0; b < s.plan.size(); ++b) {
@@ -317,7 +335,6 @@ void GradSync::begin_backward(bool last_micro_batch) {
   const std::lock_guard<std::mutex> lock(s.mutex);
   s.put_gradients_in_slots();
   s.last_backward = last_micro_batch;
-  if (!last_micro_batch) return;
   for (size_t b = 0; b < s.plan.size(); ++b) s.missing[b] = s.plan[b].parameters.size();
 }
 

@@ -25,13 +25,20 @@ class FashionCnn final : public nn::Module, public Model {
         fc2_(register_module("fc2", nn::Linear(128, num_classes))) {}
 
   at::Tensor forward(const at::Tensor& input) override {
-    at::Tensor x = torch::max_pool2d(torch::relu(bn1_(conv1_(input))), 2);
-    x = torch::max_pool2d(torch::relu(bn2_(conv2_(x))), 2);
-    x = dropout_(torch::relu(fc1_(x.flatten(1))));
-    return fc2_(x);
+    begin_forward();
+    at::Tensor x = run_block(0, [&] { return conv1_(input); });
+    x = torch::max_pool2d(torch::relu(run_block(1, [&] { return bn1_(x); })), 2);
+    x = run_block(2, [&] { return conv2_(x); });
+    x = torch::max_pool2d(torch::relu(run_block(3, [&] { return bn2_(x); })), 2);
+    x = dropout_(torch::relu(run_block(4, [&] { return fc1_(x.flatten(1)); })));
+    return end_forward(run_block(5, [&] { return fc2_(x); }));
   }
 
   nn::Module& module() override { return *this; }
+  // Every layer with parameters, in order.
+  std::vector<std::shared_ptr<nn::Module>> blocks() override {
+    return {conv1_.ptr(), bn1_.ptr(), conv2_.ptr(), bn2_.ptr(), fc1_.ptr(), fc2_.ptr()};
+  }
 
  private:
   nn::Conv2d conv1_;

@@ -133,6 +133,7 @@ class Gpt final : public nn::Module, public Model {
   at::Tensor forward(const at::Tensor& tokens) override {
     const std::int64_t t = tokens.size(1);
     HT_CHECK(t <= block_size_, "a sequence longer than the model's block size");
+    begin_forward();
     const at::Tensor positions = torch::arange(t, torch::dtype(torch::kLong).device(tokens.device()));
     at::Tensor x = drop_(wte_(tokens) + wpe_(positions));
 #if HT_FUSED_ATTENTION
@@ -141,11 +142,18 @@ class Gpt final : public nn::Module, public Model {
     const at::Tensor mask =
         torch::full({t, t}, -std::numeric_limits<float>::infinity(), x.options()).triu(/*diagonal=*/1);
 #endif
-    for (auto& block : blocks_) x = block->forward(x, mask);
-    return torch::linear(ln_f_(x), wte_->weight);  // tied: the output layer is the embedding
+    for (size_t i = 0; i < blocks_.size(); ++i) x = run_block(i, [&] { return blocks_[i]->forward(x, mask); });
+    return end_forward(torch::linear(ln_f_(x), wte_->weight));  // tied: the output layer is the embedding
   }
 
   nn::Module& module() override { return *this; }
+  // The transformer blocks; the embeddings (the token embedding is also the output layer) and
+  // the final LayerNorm stay whole through a step.
+  std::vector<std::shared_ptr<nn::Module>> blocks() override {
+    std::vector<std::shared_ptr<nn::Module>> out;
+    for (const Block& block : blocks_) out.push_back(block.ptr());
+    return out;
+  }
 
  private:
   // GPT-2's initialization: N(0, 0.02) weights, zero biases, and the residual projections scaled

@@ -33,8 +33,29 @@ class Mlp final : public nn::Module, public Model {
     layers_->push_back(nn::Linear(width, num_classes));
   }
 
-  at::Tensor forward(const at::Tensor& input) override { return layers_->forward(input.flatten(1)); }
+  // Each Linear runs as a block (model.h): the ReLUs and Dropouts have no parameters.
+  at::Tensor forward(const at::Tensor& input) override {
+    begin_forward();
+    at::Tensor x = input.flatten(1);
+    size_t block = 0;
+    for (auto& layer : *layers_) {
+      if (layer.ptr()->as<nn::Linear>() == nullptr) {
+        x = layer.forward(x);
+      } else {
+        x = run_block(block++, [&] { return layer.forward(x); });
+      }
+    }
+    return end_forward(x);
+  }
+
   nn::Module& module() override { return *this; }
+  std::vector<std::shared_ptr<nn::Module>> blocks() override {
+    std::vector<std::shared_ptr<nn::Module>> out;
+    for (const auto& layer : layers_->children()) {
+      if (layer->as<nn::Linear>() != nullptr) out.push_back(layer);
+    }
+    return out;
+  }
 
  private:
   nn::Sequential layers_;

@@ -66,12 +66,24 @@ class ResNet final : public nn::Module, public Model {
   }
 
   at::Tensor forward(const at::Tensor& input) override {
-    at::Tensor x = torch::relu(bn_(stem_(input)));
-    x = blocks_->forward(x);
-    return fc_(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
+    begin_forward();
+    at::Tensor x = run_block(0, [&] { return stem_(input); });
+    x = torch::relu(run_block(1, [&] { return bn_(x); }));
+    for (size_t b = 0; b < blocks_->size(); ++b) {
+      x = run_block(2 + b, [&] { return blocks_->ptr(b)->as<BasicBlock>()->forward(x); });
+    }
+    const at::Tensor pooled = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+    return end_forward(run_block(2 + blocks_->size(), [&] { return fc_(pooled); }));
   }
 
   nn::Module& module() override { return *this; }
+  // The stem, its BatchNorm, every residual block, the classifier.
+  std::vector<std::shared_ptr<nn::Module>> blocks() override {
+    std::vector<std::shared_ptr<nn::Module>> out{stem_.ptr(), bn_.ptr()};
+    for (const auto& block : blocks_->children()) out.push_back(block);
+    out.push_back(fc_.ptr());
+    return out;
+  }
 
  private:
   nn::Conv2d stem_;

@@ -59,8 +59,14 @@ std::string commit_checkpoint(const std::string& dir, const ckpt::Checkpoint& ch
 ckpt::NamedTensors model_state(model::Model& model) {
   ckpt::NamedTensors out;
   for (auto& p : model.module().named_parameters()) out.emplace_back(p.key(), p.value());
-  for (auto& b : model.module().named_buffers()) out.emplace_back(b.key(), b.value());
+  for (auto& b : model_buffers(model)) out.push_back(std::move(b));
   for (const auto& tied : model.tied_parameters()) out.emplace_back(tied.name, tied.tensor);
+  return out;
+}
+
+ckpt::NamedTensors model_buffers(model::Model& model) {
+  ckpt::NamedTensors out;
+  for (auto& b : model.module().named_buffers()) out.emplace_back(b.key(), b.value());
   return out;
 }
 
@@ -129,7 +135,7 @@ std::string Checkpointer::save_sharded(Step& step, const RunPosition& at, const 
       error = e.what();
     }
   } else {
-    step.update().add_optimizer_state(mine);
+    step.update().add_state(mine);
   }
   std::vector<std::uint8_t> bytes(temp.begin(), temp.end());
   control_.broadcast_bytes(bytes, 0);
@@ -186,8 +192,9 @@ ckpt::Checkpoint Checkpointer::assemble(Step& step, const RunPosition& at, const
   meta.model_name = config::name_of(config_.model.name);
   meta.config_text = config::to_ini(config_);
   meta.created = utc_now();
-  checkpoint.groups["model"] = model_state(step.model());
-  step.update().add_optimizer_state(checkpoint);
+  // At stage 3 each rank adds its slices of the parameters; the buffers are whole everywhere.
+  checkpoint.groups["model"] = step.update().shards_parameters() ? model_buffers(step.model()) : model_state(step.model());
+  step.update().add_state(checkpoint);
   checkpoint.groups["sched"] = {{"step", torch::full({}, at.step, torch::kLong)}};
   for (auto& entry : step.skipped().state()) checkpoint.groups["sched"].push_back(std::move(entry));
   checkpoint.groups["rng"] = std::move(generators);

@@ -29,9 +29,9 @@ std::int64_t optimizer_state_bytes_per_element(const config::OptimConfig& optim)
 }
 
 std::unique_ptr<GradientUpdate> make_gradient_update(const config::Config& config, comm::Communicator& comm,
-                                                     const NamedParameters& trainable) {
+                                                     const NamedParameters& trainable, model::Model& model) {
   if (config.dist.zero_stage == 0) return replicated_update(config, comm, trainable);
-  return sharded_update(config, comm, trainable);
+  return sharded_update(config, comm, trainable, model);
 }
 
 namespace {
@@ -86,7 +86,7 @@ class ReplicatedUpdate final : public GradientUpdate {
   std::size_t bucket_count() const override { return sync_->bucket_count(); }
   int zero_stage() const override { return 0; }
 
-  void add_optimizer_state(ckpt::Checkpoint& checkpoint) override {
+  void add_state(ckpt::Checkpoint& checkpoint) override {
     checkpoint.groups["optim"] = optimizer_state(*optimizer_, names_);
   }
   void load_optimizer_state(const ckpt::CheckpointReader& reader) override {

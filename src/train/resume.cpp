@@ -24,9 +24,12 @@ std::optional<Resumed> Checkpointer::resume(Step& step, std::int64_t accumulatio
   check_config_unchanged(reader);
   GradientUpdate& update = step.update();
   const auto load_optimizer = [&update](const ckpt::CheckpointReader& r) { update.load_optimizer_state(r); };
-  const ResumedState state = read_resume_state(
-      reader, ResumeTargets{step.model(), load_optimizer, step.skipped(), step.loss_scaler(), device_,
-                            control_.world_rank(), control_.world_size()});
+  ResumedState state;
+  // At stage 3 the model is read whole (as at start-up, when it was built whole) and then sharded.
+  update.with_whole_parameters([&] {
+    state = read_resume_state(reader, ResumeTargets{step.model(), load_optimizer, step.skipped(), step.loss_scaler(),
+                                                    device_, control_.world_rank(), control_.world_size()});
+  });
   step.set_count(state.step);
   if (step.loss_scaler() && !state.loss_scale_restored) {
     log::warn("checkpoint {} holds no loss scale (written without loss scaling); starting from "

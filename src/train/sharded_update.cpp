@@ -3,7 +3,9 @@
 // optimizer works on this rank's pieces of the parameters only (flat tensors over the parameters'
 // own memory, their gradients over the shards), and the updated chunks are all-gathered back into
 // every rank's parameters. Stage 1 keeps the full gradients in their buckets between steps, stage
-// 2 frees each bucket once reduced.
+// 2 frees each bucket once reduced. Stage 3 keeps only this rank's chunk of the parameters too
+// (block_gatherer.h): one bucket per block of the model, the pieces over the chunks, and no
+// all-gather after the step, since each forward gathers the blocks it runs.
 #include <torch/torch.h>
 
 #include <cmath>
@@ -15,6 +17,7 @@
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/ddp/shard_plan.h"
 #include "hpctrain/train/gradient_update.h"
+#include "block_gatherer.h"
 #include "hpctrain/train/nonfinite.h"
 #include "hpctrain/train/train_state.h"
 
@@ -33,8 +36,9 @@ constexpr const char* kStateNames[] = {"step", "exp_avg", "exp_avg_sq", "max_exp
 
 class ShardedUpdate final : public GradientUpdate {
  public:
-  ShardedUpdate(const config::Config& config, comm::Communicator& comm, const NamedParameters& trainable)
-      : stage_(static_cast<int>(config.dist.zero_stage)), optim_(config.optim), comm_(comm) {
+  ShardedUpdate(const config::Config& config, comm::Communicator& comm, const NamedParameters& trainable,
+                model::Model& model)
+      : stage_(static_cast<int>(config.dist.zero_stage)), optim_(config.optim), comm_(comm), model_(model) {
     std::vector<std::int64_t> numels;
     for (const auto& [name, parameter] : trainable) {
       if (!parameter.is_contiguous() || parameter.scalar_type() != at::kFloat) {
@@ -48,12 +52,14 @@ class ShardedUpdate final : public GradientUpdate {
     }
     ddp::GradSyncOptions options = gradient_sync_options(config.dist);
     options.reduction = stage_ == 1 ? ddp::Reduction::kReduceScatter : ddp::Reduction::kReduceScatterAndRelease;
+    if (stage_ == 3) shard_parameters(options);
     sync_ = std::make_unique<ddp::GradSync>(comm, parameters_, options);
     pieces_ = ddp::plan_shard(sync_->buckets(), numels, comm.size(), comm.rank());
     NamedParameters named_pieces;
     std::vector<bool> decayed;
     for (const ddp::ShardPiece& piece : pieces_) {
-      at::Tensor tensor = alias(parameters_[piece.parameter], piece.parameter_offset, piece.numel);
+      at::Tensor tensor = gatherer_ ? alias(gatherer_->shard(piece.bucket), piece.shard_offset, piece.numel)
+                                    : alias(parameters_[piece.parameter], piece.parameter_offset, piece.numel);
       tensor.mutable_grad() = alias(sync_->shard(piece.bucket), piece.shard_offset, piece.numel);
       named_pieces.emplace_back(names_[piece.parameter], tensor);
       decayed.push_back(decays(config.optim, parameters_[piece.parameter].dim()));
@@ -62,6 +68,11 @@ class ShardedUpdate final : public GradientUpdate {
     }
     optimizer_ = make_optimizer(config.optim, named_pieces, decayed);
     piece_names_ = names_in_optimizer_order(*optimizer_, named_pieces);
+    if (gatherer_) model_.set_block_hooks(gatherer_.get());
+  }
+
+  ~ShardedUpdate() override {
+    if (gatherer_) model_.set_block_hooks(nullptr);
   }
 
   // Stage 1's gradients stay in their bucket slots, zeroed; stage 2 holds none between steps (a
@@ -78,7 +89,10 @@ class ShardedUpdate final : public GradientUpdate {
     }
   }
   void begin_backward(bool last_micro_batch) override { sync_->begin_backward(last_micro_batch); }
-  void reduce_gradients() override { sync_->average_gradients(); }
+  void reduce_gradients() override {
+    sync_->average_gradients();
+    if (gatherer_) gatherer_->release_all();  // those whose gradients did not all come
+  }
 
   // Each rank sees its shards only, so the ranks agree: a step is finite when every shard is.
   bool unscale_and_check(const LossScaler* scaler) override {
@@ -106,7 +120,7 @@ class ShardedUpdate final : public GradientUpdate {
     for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
     if (!apply) return;
     optimizer_->step();
-    gather_parameters();
+    if (!gatherer_) gather_parameters();
   }
 
   std::string first_nonfinite_gradient() override {
@@ -127,7 +141,8 @@ class ShardedUpdate final : public GradientUpdate {
 
   // Every state tensor of a piece is a slice of the parameter-shaped dataset a replicated run
   // writes; the step count, one per parameter, comes from the rank owning its first element.
-  void add_optimizer_state(ckpt::Checkpoint& checkpoint) override {
+  void add_state(ckpt::Checkpoint& checkpoint) override {
+    if (gatherer_) add_parameter_slices(checkpoint.slices["model"]);
     ckpt::TensorSlices& slices = checkpoint.slices["optim"];
     for (auto& [key, tensor] : optimizer_state(*optimizer_, piece_names_)) {
       const std::string parameter = key.substr(0, key.rfind('/'));
@@ -164,10 +179,18 @@ class ShardedUpdate final : public GradientUpdate {
     train::load_optimizer_state(*optimizer_, piece_names_, stored);
   }
 
+  void with_whole_parameters(const std::function<void()>& use) override {
+    if (!gatherer_) return use();
+    gatherer_->gather_all();
+    use();
+    gatherer_->keep_changes_and_release_all();
+  }
+
   HeldBytes held_bytes() const override {
     HeldBytes held;
     std::int64_t owned = 0;
     for (const auto& p : parameters_) held.parameters += static_cast<std::int64_t>(p.nbytes());
+    if (gatherer_) held.parameters = gatherer_->shard_bytes();
     for (const auto& piece : pieces_) owned += piece.numel;
     held.gradients = sync_->gradient_bytes();
     held.optimizer_state = owned * optimizer_state_bytes_per_element(optim_);
@@ -183,6 +206,29 @@ class ShardedUpdate final : public GradientUpdate {
   };
 
   c10::Device device() const { return parameters_.front().device(); }
+
+  // Stage 3: one unit per block of the model, each reduced as one bucket, whose gathered
+  // parameters are freed as soon as their gradients are all in.
+  void shard_parameters(ddp::GradSyncOptions& options) {
+    if (model_.blocks().empty()) {
+      throw ConfigError("dist.zero_stage=3 gathers parameters block by block, and this model has no blocks (a "
+                        "TorchScript module's parameters cannot be split so): use dist.zero_stage=2");
+    }
+    const UnitPlan plan = plan_units(model_, parameters_);
+    gatherer_ = std::make_unique<BlockGatherer>(comm_, parameters_, plan);
+    options.buckets = plan.units;
+    options.on_filled = [gatherer = gatherer_.get()](size_t unit) { gatherer->release(unit); };
+  }
+
+  // This rank's pieces of the parameters, as slices of the parameters' datasets.
+  void add_parameter_slices(ckpt::TensorSlices& slices) const {
+    for (size_t k = 0; k < pieces_.size(); ++k) {
+      const ddp::ShardPiece& piece = pieces_[k];
+      const auto sizes = parameters_[piece.parameter].sizes();
+      slices.push_back({names_[piece.parameter], {sizes.begin(), sizes.end()}, piece.parameter_offset,
+                        piece_tensors_[k].detach()});
+    }
+  }
 
   std::vector<at::Tensor> shards() const {
     std::vector<at::Tensor> out;
@@ -228,8 +274,10 @@ class ShardedUpdate final : public GradientUpdate {
   int stage_;
   config::OptimConfig optim_;
   comm::Communicator& comm_;
+  model::Model& model_;
   std::vector<std::string> names_;      // of parameters_, in the module's order
   std::vector<at::Tensor> parameters_;  // in the module's order
+  std::unique_ptr<BlockGatherer> gatherer_;  // stage 3; outlives sync_, which calls it
   std::unique_ptr<ddp::GradSync> sync_;
   std::vector<ddp::ShardPiece> pieces_;        // this rank's, bucket by bucket
   std::vector<at::Tensor> piece_tensors_;      // of pieces_: the parameters' elements, their shards' gradients
@@ -241,8 +289,8 @@ class ShardedUpdate final : public GradientUpdate {
 }  // namespace
 
 std::unique_ptr<GradientUpdate> sharded_update(const config::Config& config, comm::Communicator& comm,
-                                               const NamedParameters& trainable) {
-  return std::make_unique<ShardedUpdate>(config, comm, trainable);
+                                               const NamedParameters& trainable, model::Model& model) {
+  return std::make_unique<ShardedUpdate>(config, comm, trainable, model);
 }
 
 }  // namespace hpctrain::train

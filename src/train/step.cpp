@@ -68,7 +68,7 @@ Step::Step(std::shared_ptr<model::Model> model, const config::Config& config, co
   for (const auto& b : buffers_) buffers_before_step_.push_back(b.detach().clone());
   everything.insert(everything.end(), buffers_.begin(), buffers_.end());
   ddp::broadcast_tensors(comm_, everything, 0);
-  update_ = make_gradient_update(config_, comm_, trainable_parameters(module));
+  update_ = make_gradient_update(config_, comm_, trainable_parameters(module), *model_);
   synchronize_batch_norm(config_, *model_, comm_);
   loss_scaler_ = loss_scaler_for(config_.train);
   log_model();
@@ -147,11 +147,14 @@ void Step::sync_buffers() {
   if (!buffers_.empty() && comm_.size() > 1) ddp::broadcast_tensors(comm_, buffers_, 0);
 }
 
-// dist.check_replicas_every: every replica must hold rank 0's parameters, bit for bit.
+// dist.check_replicas_every: every replica must hold rank 0's parameters, bit for bit (at stage 3,
+// as gathered).
 void Step::check_replicas() {
   const std::int64_t every = config_.dist.check_replicas_every;
   if (every == 0 || count_ % every != 0) return;
-  const std::vector<int> differ = ddp::ranks_differing_from_root(comm_, model_->module().parameters(), device_);
+  std::vector<int> differ;
+  update_->with_whole_parameters(
+      [&] { differ = ddp::ranks_differing_from_root(comm_, model_->module().parameters(), device_); });
   if (differ.empty()) return;
   std::string ranks;
   for (const int r : differ) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);

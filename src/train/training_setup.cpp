@@ -111,6 +111,11 @@ void check_run_options(const config::Config& config, bool use_cuda, bool need_tr
                       ": each rank writes its own part of a sharded checkpoint, which has no background "
                       "writer yet; set ckpt.async=false");
   }
+  if (config.dist.zero_stage == 3 && config.model.name == config::ModelName::kTorchscript) {
+    throw ConfigError("dist.zero_stage=3 with model.name=torchscript: stage 3 gathers the parameters block by "
+                      "block, and a TorchScript module's forward cannot be split into blocks; use "
+                      "dist.zero_stage=2");
+  }
   if (config.data.shuffle_window_mb * 2 > config.data.cache_mb) {
     throw ConfigError("data.shuffle_window_mb=" + std::to_string(config.data.shuffle_window_mb) +
                       " needs data.cache_mb >= " + std::to_string(2 * config.data.shuffle_window_mb) +

@@ -1,9 +1,11 @@
-// dist.zero_stage 1 and 2 on ranks played in one process (tests/support/fake_communicator.h):
+// dist.zero_stage 1, 2 and 3 on ranks played in one process (tests/support/fake_communicator.h):
 // the steps of replicated training, bit for bit where both add the ranks' gradients in the same
 // order (FakeWorld's collectives do), for SGD with Nesterov momentum and for AdamW with biases
 // spared from decay, with gradient accumulation and buckets small enough that parameters straddle
 // the ranks' chunks; clipping by the global norm within rounding; the optimizer state written in
 // slices by every rank reads as a replicated run's, and loads at another world size and stage.
+// Stage 3 (parameters gathered block by block) on mlp, gpt (tied embedding and head), fashion_cnn
+// and resnet (BatchNorm, residual blocks), its parameters written in slices too.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -40,28 +42,48 @@ config::Config sharded_config(const std::map<std::string, std::string>& extra) {
   return config::resolve("", options);
 }
 
-std::shared_ptr<model::Model> fresh_model(const config::Config& config) {
-  torch::manual_seed(3);
-  return model::make_model(config.model, {{6}, 4});
+// What each model trains on here: 6 features (mlp), 1x28x28 images (fashion_cnn, resnet), 5 tokens (gpt).
+model::ModelSpec spec_of(const config::Config& config) {
+  if (config.model.name == config::ModelName::kGpt) return {{config.model.gpt_block_size}, 11, true};
+  if (config.model.name == config::ModelName::kFashionCnn || config.model.name == config::ModelName::kResnet) {
+    return {{1, 28, 28}, 4, false};
+  }
+  return {{6}, 4, false};
 }
 
-// Every step's two micro-batches of kGlobalBatch samples, drawn before the ranks' threads start
-// (they would race for the global generator).
+std::shared_ptr<model::Model> fresh_model(const config::Config& config) {
+  torch::manual_seed(3);
+  return model::make_model(config.model, spec_of(config));
+}
+
+// Every step's two micro-batches of kGlobalBatch samples for one spec.
 struct Data {
   std::vector<at::Tensor> inputs;
   std::vector<at::Tensor> targets;
-  Data() {
+  explicit Data(const model::ModelSpec& spec) {
     torch::manual_seed(100);
+    std::vector<std::int64_t> shape{kGlobalBatch};
+    shape.insert(shape.end(), spec.input_shape.begin(), spec.input_shape.end());
     for (int k = 0; k < 2 * 8; ++k) {
-      inputs.push_back(torch::randn({kGlobalBatch, 6}));
-      targets.push_back(torch::randint(0, 4, {kGlobalBatch}, torch::kLong));
+      inputs.push_back(spec.token_ids ? torch::randint(0, spec.num_classes, shape, torch::kLong) : torch::randn(shape));
+      targets.push_back(torch::randint(0, spec.num_classes, spec.token_ids ? shape : std::vector<std::int64_t>{kGlobalBatch},
+                                       torch::kLong));
     }
   }
 };
 
+// Drawn on first use, which train() makes before the ranks' threads start (they would race for
+// the global generator and the map).
+const Data& data_for(const model::ModelSpec& spec) {
+  static std::map<std::vector<std::int64_t>, Data> drawn;
+  auto found = drawn.find(spec.input_shape);
+  if (found == drawn.end()) found = drawn.emplace(spec.input_shape, Data(spec)).first;
+  return found->second;
+}
+
 // Step `step`'s micro-batches (steps 0 to 7); rank `rank` of `ranks` gets its rows.
-std::vector<data::Batch> micro_batches(std::int64_t step, int rank, int ranks) {
-  static const Data data;
+std::vector<data::Batch> micro_batches(const config::Config& config, std::int64_t step, int rank, int ranks) {
+  const Data& data = data_for(spec_of(config));
   std::vector<data::Batch> out;
   const std::int64_t rows = kGlobalBatch / ranks;
   for (int j = 0; j < 2; ++j) {
@@ -87,36 +109,39 @@ std::vector<at::Tensor> parameters_of(model::Model& model) {
 struct Trained {
   std::vector<at::Tensor> parameters;          // rank 0's, after checking every rank holds the same
   std::vector<double> grad_norms;              // rank 0's, per step
-  std::vector<ckpt::Checkpoint> optimizer;     // every rank's add_optimizer_state after the last step
+  std::vector<ckpt::Checkpoint> optimizer;     // every rank's add_state after the last step
   std::vector<HeldBytes> held;                 // every rank's
 };
 
 // Steps [first, first + steps) on `ranks` ranks; `before` runs on each rank's Step first (a resume).
 Trained train(const config::Config& config, int ranks, std::int64_t first, std::int64_t steps,
               const std::function<void(Step&)>& before = {}) {
-  micro_batches(0, 0, 1);  // the data drawn here, not on the ranks' threads
+  micro_batches(config, 0, 0, 1);  // the data drawn here, not on the ranks' threads
   FakeWorld world(ranks);
   std::vector<std::shared_ptr<model::Model>> models;
   for (int r = 0; r < ranks; ++r) models.push_back(fresh_model(config));
   Trained out;
   out.optimizer.resize(static_cast<size_t>(ranks));
   out.held.resize(static_cast<size_t>(ranks));
+  std::vector<std::vector<at::Tensor>> parameters(static_cast<size_t>(ranks));
   run_ranks(world, [&](FakeCommunicator& comm) {
     const auto r = static_cast<size_t>(comm.rank());
     Step step(models[r], config, comm, torch::kCPU);
     if (before) before(step);
     for (std::int64_t s = first; s < first + steps; ++s) {
-      const StepResult result = step.run(micro_batches(s, comm.rank(), ranks), {0.05, true});
+      const StepResult result = step.run(micro_batches(config, s, comm.rank(), ranks), {0.05, true});
       EXPECT_TRUE(result.finite);
       if (r == 0 && result.grad_norm) out.grad_norms.push_back(*result.grad_norm);
     }
-    step.update().add_optimizer_state(out.optimizer[r]);
+    step.update().add_state(out.optimizer[r]);
     out.held[r] = step.held_bytes();
+    step.update().with_whole_parameters([&] { parameters[r] = parameters_of(*models[r]); });  // stage 3: gathered
   });
-  out.parameters = parameters_of(*models[0]);
-  for (int r = 1; r < ranks; ++r) {
-    const std::vector<at::Tensor> other = parameters_of(*models[static_cast<size_t>(r)]);
-    for (size_t i = 0; i < other.size(); ++i) EXPECT_TRUE(at::equal(other[i], out.parameters[i])) << "rank " << r;
+  out.parameters = parameters[0];
+  for (size_t r = 1; r < parameters.size(); ++r) {
+    for (size_t i = 0; i < parameters[r].size(); ++i) {
+      EXPECT_TRUE(at::equal(parameters[r][i], out.parameters[i])) << "rank " << r;
+    }
   }
   return out;
 }
@@ -145,6 +170,41 @@ TEST(ShardedUpdate, StagesOneAndTwoTakeTheStepsOfReplicatedTrainingBitForBit) {
   }
 }
 
+std::map<std::string, std::string> with(std::map<std::string, std::string> options,
+                                        const std::map<std::string, std::string>& more) {
+  for (const auto& [key, value] : more) options[key] = value;
+  return options;
+}
+
+const std::map<std::string, std::string> kGpt = {{"model.name", "gpt"},     {"model.gpt_layers", "2"},
+                                                 {"model.gpt_heads", "2"},  {"model.gpt_embd", "8"},
+                                                 {"model.gpt_block_size", "5"}};
+const std::map<std::string, std::string> kFashionCnn = {{"model.name", "fashion_cnn"}};
+const std::map<std::string, std::string> kResnet = {
+    {"model.name", "resnet"}, {"model.resnet_depth", "8"}, {"model.resnet_width", "4"}};
+
+// Each block's parameters gathered for its forward and again for its backward, the gradients
+// reduce-scattered block by block, each rank stepping its chunks: the same numbers as stage 0.
+TEST(ShardedUpdate, StageThreeTakesTheStepsOfReplicatedTrainingBitForBit) {
+  const std::vector<std::pair<std::string, std::map<std::string, std::string>>> cases = {
+      {"mlp, sgd", kOptimizers.at("sgd")},
+      {"mlp, adamw", kOptimizers.at("adamw")},
+      {"gpt, adamw", with(kOptimizers.at("adamw"), kGpt)},
+      {"fashion_cnn, sgd", with(kOptimizers.at("sgd"), kFashionCnn)},
+      {"resnet, adamw", with(kOptimizers.at("adamw"), kResnet)}};
+  for (const auto& [name, options] : cases) {
+    for (const int ranks : {2, 3}) {
+      const std::vector<at::Tensor> replicated = train(sharded_config(options), ranks, 0, 3).parameters;
+      const std::vector<at::Tensor> sharded =
+          train(sharded_config(with(options, {{"dist.zero_stage", "3"}})), ranks, 0, 3).parameters;
+      ASSERT_EQ(sharded.size(), replicated.size());
+      for (size_t i = 0; i < sharded.size(); ++i) {
+        EXPECT_TRUE(at::equal(sharded[i], replicated[i])) << name << ", " << ranks << " ranks: parameter " << i;
+      }
+    }
+  }
+}
+
 // bf16 on the wire: the reduce-scatter carries the same bf16 numbers the allreduce does.
 TEST(ShardedUpdate, CompressedBucketsGiveTheStepsOfCompressedReplicatedTraining) {
   auto options = kOptimizers.at("adamw");
@@ -168,10 +228,11 @@ TEST(ShardedUpdate, ANonFiniteGradientOnOneRankIsSkippedOnEveryRank) {
   FakeWorld world(3);
   std::vector<std::shared_ptr<model::Model>> models{fresh_model(config), fresh_model(config), fresh_model(config)};
   const std::vector<at::Tensor> before = parameters_of(*models[0]);
+  micro_batches(config, 0, 0, 1);
   run_ranks(world, [&](FakeCommunicator& comm) {
     const auto r = static_cast<size_t>(comm.rank());
     Step step(models[r], config, comm, torch::kCPU);
-    std::vector<data::Batch> batches = micro_batches(0, comm.rank(), 3);
+    std::vector<data::Batch> batches = micro_batches(config, 0, comm.rank(), 3);
     if (comm.rank() == 2) batches[1].input[0][0] = std::nan("");
     const StepResult result = step.run(batches, {0.05, true});
     EXPECT_FALSE(result.finite);
@@ -207,6 +268,8 @@ TEST(ShardedUpdate, EachRankHoldsItsShareOfTheOptimizerStateAndStageTwoOfTheGrad
   const Trained one = train(sharded_config(options), 4, 0, 1);
   options["dist.zero_stage"] = "2";
   const Trained two = train(sharded_config(options), 4, 0, 1);
+  options["dist.zero_stage"] = "3";
+  const Trained three = train(sharded_config(options), 4, 0, 1);
   std::int64_t state_of_all_ranks = 0;
   for (const HeldBytes& held : two.held) state_of_all_ranks += held.optimizer_state;
   EXPECT_EQ(state_of_all_ranks, replicated.held[0].optimizer_state) << "every element's moments, once";
@@ -219,17 +282,27 @@ TEST(ShardedUpdate, EachRankHoldsItsShareOfTheOptimizerStateAndStageTwoOfTheGrad
     EXPECT_GE(one.held[r].gradients, replicated.held[r].gradients) << "full (padded) buckets";
     EXPECT_LE(one.held[r].gradients, replicated.held[r].gradients + 8 * 4 * 4) << "the shards are in them";
     EXPECT_LE(two.held[r].gradients, replicated.held[r].gradients / 4 + 8 * 4 * 4) << "the shards only";
+    EXPECT_LE(three.held[r].parameters, replicated.held[r].parameters / 4 + 3 * 4 * 4) << "a chunk of each block";
+    EXPECT_LE(three.held[r].gradients, replicated.held[r].gradients / 4 + 3 * 4 * 4);
+    EXPECT_LE(three.held[r].optimizer_state, replicated.held[r].optimizer_state / 4 + 3 * 8);
   }
 }
 
 // Rank 0 starts the file, ranks 1.. add their slices in turn, as Checkpointer::save_sharded does.
-std::string write_sharded(const std::string& dir, model::Model& model, std::vector<ckpt::Checkpoint> parts) {
+// `model`: what rank 0 stores of the model (at stage 3, the buffers alone).
+std::string write_sharded(const std::string& dir, ckpt::NamedTensors model, std::vector<ckpt::Checkpoint> parts) {
   parts[0].meta.step = 4;
   parts[0].meta.model_name = "mlp";
-  parts[0].groups["model"] = model_state(model);
+  parts[0].groups["model"] = std::move(model);
   const std::string temp = ckpt::start_checkpoint(dir, parts[0]);
   for (size_t r = 1; r < parts.size(); ++r) ckpt::add_slices(temp, parts[r].slices);
   return ckpt::publish_checkpoint(dir, temp, 4);
+}
+
+// As Checkpointer::resume reads a checkpoint into a run's Step (at stage 3, the model whole).
+void resume(Step& step, const ckpt::CheckpointReader& reader) {
+  step.update().with_whole_parameters([&] { reader.read_into("model", model_state(step.model())); });
+  step.update().load_optimizer_state(reader);
 }
 
 TEST(ShardedUpdate, SlicesFromEveryRankReadAsAReplicatedCheckpointAndLoadAtAnyWorldSizeAndStage) {
@@ -246,7 +319,7 @@ TEST(ShardedUpdate, SlicesFromEveryRankReadAsAReplicatedCheckpointAndLoadAtAnyWo
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < trained.size(); ++i) model->module().parameters()[i].copy_(trained[i]);
   }
-  const std::string path = write_sharded(dir, *model, sharded.optimizer);
+  const std::string path = write_sharded(dir, model_state(*model), sharded.optimizer);
 
   // The file holds what a replicated run holds, tensor for tensor.
   const ckpt::CheckpointReader reader(path);
@@ -262,17 +335,57 @@ TEST(ShardedUpdate, SlicesFromEveryRankReadAsAReplicatedCheckpointAndLoadAtAnyWo
   // Continued from it at stage 1 on 2 ranks and at stage 0 on 4, both as a run that never stopped
   // (another world size adds in another order: within rounding).
   const Trained uninterrupted = train(sharded_config(kOptimizers.at("adamw")), 3, 0, 6);
-  for (const auto& [ranks, stage] : {std::pair<int, const char*>{2, "1"}, {4, "0"}, {3, "2"}}) {
+  for (const auto& [ranks, stage] : {std::pair<int, const char*>{2, "1"}, {4, "0"}, {3, "2"}, {2, "3"}}) {
     options["dist.zero_stage"] = stage;
-    const Trained resumed = train(sharded_config(options), ranks, 4, 2, [&](Step& step) {
-      reader.read_into("model", model_state(step.model()));
-      step.update().load_optimizer_state(reader);
-    });
+    const Trained resumed = train(sharded_config(options), ranks, 4, 2, [&](Step& step) { resume(step, reader); });
     for (size_t i = 0; i < resumed.parameters.size(); ++i) {
       EXPECT_TRUE(at::allclose(resumed.parameters[i], uninterrupted.parameters[i], 1e-5, 1e-6))
           << ranks << " ranks, stage " << stage << ": parameter " << i;
       if (ranks == 3) {
         EXPECT_TRUE(at::equal(resumed.parameters[i], uninterrupted.parameters[i])) << "same world: bit for bit";
+      }
+    }
+  }
+  sys::remove_tree(dir);
+}
+
+// At stage 3 no rank holds a whole parameter: each writes its slices of the parameters too, and
+// the file is a replicated run's; it continues at stage 0 on 4 ranks and at stage 3 on 3. BatchNorm
+// normalizes over every rank's samples (dist.sync_bn), so another world size computes the same.
+TEST(ShardedUpdate, StageThreeWritesTheParametersInSlicesAndTheRunContinuesAtAnyStage) {
+  const std::string dir = (std::filesystem::temp_directory_path() / "hpctrain-stage-three-test").string();
+  sys::remove_tree(dir);
+  auto options = with(kOptimizers.at("sgd"), with(kFashionCnn, {{"dist.sync_bn", "true"}}));
+  const Trained replicated = train(sharded_config(options), 3, 0, 4);
+  const config::Config stage_three = sharded_config(with(options, {{"dist.zero_stage", "3"}}));
+  const Trained sharded = train(stage_three, 3, 0, 4);
+  for (const ckpt::Checkpoint& part : sharded.optimizer) EXPECT_EQ(part.groups.count("model"), 0u);
+  auto model = fresh_model(stage_three);  // BatchNorm's statistics are not compared here
+  const std::string path = write_sharded(dir, model_buffers(*model), sharded.optimizer);
+
+  const ckpt::CheckpointReader reader(path);
+  std::map<std::string, at::Tensor> stored;
+  for (const auto& [name, tensor] : reader.read_group("model")) stored[name] = tensor;
+  size_t i = 0;
+  for (const auto& p : model->module().named_parameters()) {
+    ASSERT_EQ(stored.count(p.key()), 1u) << p.key();
+    EXPECT_TRUE(at::equal(stored[p.key()], replicated.parameters[i++])) << p.key();
+  }
+  std::map<std::string, at::Tensor> optim;
+  for (const auto& [name, tensor] : reader.read_group("optim")) optim[name] = tensor;
+  for (const auto& [name, tensor] : replicated.optimizer[0].groups.at("optim")) {
+    EXPECT_TRUE(at::equal(optim[name], tensor)) << name;
+  }
+
+  const Trained uninterrupted = train(sharded_config(options), 3, 0, 6);
+  for (const auto& [ranks, stage] : {std::pair<int, const char*>{4, "0"}, {3, "3"}}) {
+    const Trained resumed = train(sharded_config(with(options, {{"dist.zero_stage", stage}})), ranks, 4, 2,
+                                  [&](Step& step) { resume(step, reader); });
+    for (size_t k = 0; k < resumed.parameters.size(); ++k) {
+      EXPECT_TRUE(at::allclose(resumed.parameters[k], uninterrupted.parameters[k], 1e-5, 1e-6))
+          << ranks << " ranks, stage " << stage << ": parameter " << k;
+      if (ranks == 3) {
+        EXPECT_TRUE(at::equal(resumed.parameters[k], uninterrupted.parameters[k])) << "same world";
       }
     }
   }
@@ -292,10 +405,11 @@ TEST(ShardedUpdate, AFailedShardedWriteEndsEveryRankWithTheFailingRanksError) {
   FakeWorld world(3);
   std::vector<std::shared_ptr<model::Model>> models{fresh_model(config), fresh_model(config), fresh_model(config)};
   std::vector<std::string> errors(3);
+  micro_batches(config, 0, 0, 1);
   run_ranks(world, [&](FakeCommunicator& comm) {
     const auto r = static_cast<size_t>(comm.rank());
     Step step(models[r], config, comm, torch::kCPU);
-    step.run(micro_batches(0, comm.rank(), 3), {0.05, false});
+    step.run(micro_batches(config, 0, comm.rank(), 3), {0.05, false});
     Checkpointer checkpointer(config, comm, RunDirectory(root), torch::kCPU);
     try {
       checkpointer.save(step, {1, 0, 0}, {});

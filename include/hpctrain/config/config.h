@@ -160,7 +160,7 @@ struct DistConfig {
   Backend backend = Backend::kAuto;
   double bucket_mb = 0.0;  // gradient bucket size
   bool overlap = true;     // reduce buckets during backward
-  std::int64_t zero_stage = 0;  // 0 replicated; 1 optimizer state sharded; 2 and gradients
+  std::int64_t zero_stage = 0;  // 0 replicated; 1 optimizer state sharded; 2 and gradients; 3 and parameters
   GradCompression grad_compression = GradCompression::kNone;  // the dtype buckets travel in
   bool sync_bn = false;          // BatchNorm statistics over all ranks
   double timeout_s = 0.0;  // a collective taking longer ends the job

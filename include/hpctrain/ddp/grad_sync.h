@@ -18,7 +18,9 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -48,6 +50,12 @@ struct GradSyncOptions {
   // the accumulation over micro-batches stay float32); Undefined: as the parameters are.
   c10::ScalarType wire_dtype = c10::ScalarType::Undefined;
   Reduction reduction = Reduction::kAllreduce;
+  // The buckets, in the order they are reduced, every parameter in exactly one; empty: planned
+  // from bucket_bytes (bucket_plan.h). ZeRO stage 3 gives one bucket per block of the model.
+  std::vector<Bucket> buckets;
+  // Called with a bucket's index when all its parameters got their gradient in a backward (any
+  // of a step's backwards), on autograd's thread: stage 3 frees the block's gathered parameters.
+  std::function<void(std::size_t)> on_filled;
 };
 
 class GradSync {

@@ -5,7 +5,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +35,21 @@ struct TiedParameter {
   at::Tensor tensor;
 };
 
+// What a built-in model's forward tells whoever shards its parameters by block (dist.zero_stage=3,
+// src/train/block_gatherer.h): a block's parameters need to be whole only from just before its
+// forward to just after it, and again for its backward; the parameters outside every block, for
+// the whole forward and backward.
+class BlockHooks {
+ public:
+  virtual ~BlockHooks() = default;
+  virtual void begin_forward() = 0;
+  virtual void before_block(std::size_t block) = 0;
+  // `output`: what the block's forward returned; its gradient arrives just before the block's
+  // backward runs.
+  virtual void after_block(std::size_t block, const at::Tensor& output) = 0;
+  virtual void end_forward() = 0;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -45,6 +62,22 @@ class Model {
   // under their first name; checkpoints store them under every name, so that an exported
   // state_dict loads into the source module as it is.
   virtual std::vector<TiedParameter> tied_parameters() const { return {}; }
+  // The submodules whose parameters dist.zero_stage=3 gathers one at a time, in the order forward
+  // runs them; the parameters outside them are gathered for a whole forward and backward. Empty
+  // (a TorchScript module's): the model cannot be sharded by block.
+  virtual std::vector<std::shared_ptr<torch::nn::Module>> blocks() { return {}; }
+  // Null: no hooks (the parameters are whole).
+  void set_block_hooks(BlockHooks* hooks) { hooks_ = hooks; }
+
+ protected:
+  // A forward that has blocks runs begin_forward(), each block through run_block(), and returns
+  // through end_forward().
+  void begin_forward();
+  at::Tensor run_block(std::size_t block, const std::function<at::Tensor()>& forward);
+  at::Tensor end_forward(at::Tensor output);
+
+ private:
+  BlockHooks* hooks_ = nullptr;
 };
 
 // Builds `config.name` for `spec`. Throws ConfigError for options the model cannot use with this

@@ -24,6 +24,9 @@ namespace hpctrain::train {
 
 // The model's parameters and buffers by name: what a checkpoint stores.
 ckpt::NamedTensors model_state(model::Model& model);
+// The buffers alone (BatchNorm's statistics): what rank 0 stores of a model whose parameters are
+// sharded (dist.zero_stage=3), the ranks adding their slices of the parameters.
+ckpt::NamedTensors model_buffers(model::Model& model);
 
 // Where a run is: optimizer steps taken, and the epoch and sampler cursor its next step starts at.
 struct RunPosition {

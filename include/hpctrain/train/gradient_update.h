@@ -4,14 +4,17 @@
 // backward) and applies the whole optimizer step to its own copy. Sharded (dist.zero_stage=1, 2):
 // the buckets are reduce-scattered, each rank's optimizer updates only the elements it owns
 // (ddp/shard_plan.h), and the updated parameters are all-gathered (docs/distributed.md, "Sharding
-// (ZeRO)"). Depends on ckpt, comm, ddp, config and the train module's LossScaler and optimizer
-// factory.
+// (ZeRO)"). Stage 3 shards the parameters too: each rank keeps its chunk of every block's
+// parameters, and the model's forward gathers a block's just before running it (model.h's
+// BlockHooks). Depends on ckpt, comm, ddp, config, model and the train module's LossScaler and
+// optimizer factory.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +22,7 @@
 
 #include "hpctrain/ckpt/checkpoint.h"
 #include "hpctrain/config/config.h"
+#include "hpctrain/model/model.h"
 #include "hpctrain/train/loss_scaler.h"
 #include "hpctrain/train/optimizer.h"
 
@@ -34,7 +38,7 @@ namespace hpctrain::train {
 
 // What a rank holds for training, in bytes, between steps.
 struct HeldBytes {
-  std::int64_t parameters = 0;       // the trainable parameters
+  std::int64_t parameters = 0;       // the trainable parameters (stage 3: this rank's shards)
   std::int64_t gradients = 0;        // gradient buckets and shards
   std::int64_t optimizer_state = 0;  // the optimizer's moments or momentum, once it has stepped
 };
@@ -68,8 +72,14 @@ class GradientUpdate {
   virtual int zero_stage() const = 0;
   // This rank's optimizer state for a checkpoint: whole tensors into checkpoint.groups["optim"]
   // (replicated; rank 0's is written) or this rank's slices into checkpoint.slices["optim"] (each
-  // rank writes its own). Stored the same way either way (docs/checkpoint-format.md).
-  virtual void add_optimizer_state(ckpt::Checkpoint& checkpoint) = 0;
+  // rank writes its own); at stage 3 also its slices of the parameters, into slices["model"].
+  // Stored the same way either way (docs/checkpoint-format.md).
+  virtual void add_state(ckpt::Checkpoint& checkpoint) = 0;
+  // True at stage 3: the parameters are this rank's slices, not whole tensors.
+  bool shards_parameters() const { return zero_stage() == 3; }
+  // Collective at stage 3: runs `use` with every parameter whole on this rank (gathered), then keeps
+  // what `use` wrote into them (a checkpoint read) and frees them again. Other stages just run it.
+  virtual void with_whole_parameters(const std::function<void()>& use) { use(); }
   // Replaces the optimizer's state with the checkpoint's, whatever world size and stage wrote it.
   // Throws CheckpointError naming what does not fit.
   virtual void load_optimizer_state(const ckpt::CheckpointReader& reader) = 0;
@@ -86,16 +96,17 @@ std::int64_t optimizer_state_bytes_per_element(const config::OptimConfig& optim)
 std::unique_ptr<GradientUpdate> replicated_update(const config::Config& config, comm::Communicator& comm,
                                                   const NamedParameters& trainable);
 
-// The sharded update of dist.zero_stage 1 (the optimizer state sharded) or 2 (the gradients too);
-// parameters must be contiguous float32 tensors.
+// The sharded update of dist.zero_stage 1 (the optimizer state sharded), 2 (the gradients too) or
+// 3 (the parameters too: `model` gathers them block by block, and must have blocks); parameters
+// must be contiguous float32 tensors.
 std::unique_ptr<GradientUpdate> sharded_update(const config::Config& config, comm::Communicator& comm,
-                                               const NamedParameters& trainable);
+                                               const NamedParameters& trainable, model::Model& model);
 
 // GradSync's options from dist.bucket_mb, dist.overlap and dist.grad_compression.
 ddp::GradSyncOptions gradient_sync_options(const config::DistConfig& dist);
 
 // replicated_update or sharded_update, as dist.zero_stage says.
 std::unique_ptr<GradientUpdate> make_gradient_update(const config::Config& config, comm::Communicator& comm,
-                                                     const NamedParameters& trainable);
+                                                     const NamedParameters& trainable, model::Model& model);
 
 }  // namespace hpctrain::train

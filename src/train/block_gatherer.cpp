@@ -1,0 +1,198 @@
+#include "block_gatherer.h"
+
+#include <c10/core/GradMode.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <map>
+
+#include "hpctrain/core/error.h"
+#include "hpctrain/ddp/shard_plan.h"
+
+namespace hpctrain::train {
+namespace {
+
+// Note [Parameters without memory]: a unit's whole buffer is one tensor, and each of its
+// parameters is set (set_data, Python's `param.data = ...`) to a view of it, so they all share its
+// storage. Releasing the unit frees the storage's memory and leaves it zero bytes long; gathering
+// allocates it again and all-gathers every rank's chunk into it. The parameters, and the tensors
+// autograd saved for backward that refer to them, keep their shape and offset throughout and
+// read the gathered values again: PyTorch's FSDP resizes the storage the same way. Between
+// gathers nothing may read a parameter (the optimizer works on the shards).
+void free_memory(const at::Tensor& tensor) {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, tensor.device()));
+  storage->set_nbytes(0);
+}
+
+void allocate_memory(const at::Tensor& tensor) {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  const auto bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+}  // namespace
+
+UnitPlan plan_units(model::Model& model, const std::vector<at::Tensor>& parameters) {
+  std::map<const c10::TensorImpl*, size_t> index;
+  for (size_t i = 0; i < parameters.size(); ++i) index[parameters[i].unsafeGetTensorImpl()] = i;
+  std::vector<char> taken(parameters.size(), 0);
+  const auto blocks = model.blocks();
+  std::vector<std::vector<size_t>> of_block(blocks.size());
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    for (const at::Tensor& p : blocks[b]->parameters()) {
+      const auto found = index.find(p.unsafeGetTensorImpl());
+      if (found == index.end() || taken[found->second]) continue;  // frozen, or another block's
+      taken[found->second] = 1;
+      of_block[b].push_back(found->second);
+    }
+    std::sort(of_block[b].begin(), of_block[b].end());
+  }
+  UnitPlan plan;
+  plan.unit_of_block.resize(blocks.size());
+  const auto add_unit = [&](const std::vector<size_t>& members) {
+    ddp::Bucket unit{members, 0};
+    for (const size_t i : members) unit.numel += parameters[i].numel();
+    plan.units.push_back(unit);
+    return plan.units.size() - 1;
+  };
+  for (size_t b = blocks.size(); b-- > 0;) {
+    if (!of_block[b].empty()) plan.unit_of_block[b] = add_unit(of_block[b]);
+  }
+  std::vector<size_t> rest;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (!taken[i]) rest.push_back(i);
+  }
+  if (!rest.empty()) plan.outside = add_unit(rest);
+  return plan;
+}
+
+BlockGatherer::BlockGatherer(comm::Communicator& comm, const std::vector<at::Tensor>& parameters,
+                             const UnitPlan& plan)
+    : comm_(comm), unit_of_block_(plan.unit_of_block), outside_(plan.outside) {
+  c10::NoGradGuard no_grad;
+  for (const ddp::Bucket& planned : plan.units) {
+    const std::int64_t padded = ddp::padded_numel(planned.numel, comm.size());
+    const std::int64_t chunk = padded / comm.size();
+    Unit unit;
+    unit.whole = at::zeros({padded}, parameters[planned.parameters.front()].options());
+    std::int64_t offset = 0;
+    for (const size_t i : planned.parameters) {
+      at::Tensor parameter = parameters[i];
+      const at::Tensor place = unit.whole.narrow(0, offset, parameter.numel());
+      place.copy_(parameter.detach().reshape({-1}));
+      parameter.set_data(place.view(parameter.sizes()));
+      offset += parameter.numel();
+    }
+    unit.shard = unit.whole.narrow(0, chunk * comm.rank(), chunk).clone();
+    free_memory(unit.whole);
+    units_.push_back(std::move(unit));
+  }
+}
+
+BlockGatherer::~BlockGatherer() = default;
+
+std::int64_t BlockGatherer::shard_bytes() const {
+  std::int64_t bytes = 0;
+  for (const Unit& unit : units_) bytes += static_cast<std::int64_t>(unit.shard.nbytes());
+  return bytes;
+}
+
+void BlockGatherer::gather_all() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t u = 0; u < units_.size(); ++u) gather(u);
+  for (size_t u = 0; u < units_.size(); ++u) wait(u);
+}
+
+void BlockGatherer::keep_changes_and_release_all() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  c10::NoGradGuard no_grad;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    Unit& unit = units_[u];
+    if (!unit.gathered) continue;
+    wait(u);
+    const std::int64_t chunk = unit.shard.numel();
+    unit.shard.copy_(unit.whole.narrow(0, chunk * comm_.rank(), chunk));
+    release_unlocked(u);
+  }
+}
+
+void BlockGatherer::release(size_t unit) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  release_unlocked(unit);
+}
+
+void BlockGatherer::release_all() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t u = 0; u < units_.size(); ++u) release_unlocked(u);
+}
+
+// Forward: the parameters outside the blocks for the whole pass, and the first block's gather
+// started alongside.
+void BlockGatherer::begin_forward() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  gather(outside_);
+  gather(unit_from(0, +1));
+  wait(outside_);
+}
+
+void BlockGatherer::before_block(size_t block) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  gather(unit_of_block_[block]);
+  gather(unit_from(static_cast<std::ptrdiff_t>(block) + 1, +1));  // prefetched while this block computes
+  wait(unit_of_block_[block]);
+}
+
+// Released after its forward; when a backward will run through it, gathered again just before.
+void BlockGatherer::after_block(size_t block, const at::Tensor& output) {
+  if (c10::GradMode::is_enabled() && output.requires_grad()) {
+    output.register_hook([this, block](const at::Tensor&) { before_backward(block); });
+  }
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (unit_of_block_[block]) release_unlocked(*unit_of_block_[block]);
+}
+
+// Without gradients no backward follows: nothing stays gathered.
+void BlockGatherer::end_forward() {
+  if (!c10::GradMode::is_enabled()) release_all();
+}
+
+void BlockGatherer::before_backward(size_t block) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  gather(unit_of_block_[block]);
+  gather(unit_from(static_cast<std::ptrdiff_t>(block) - 1, -1));  // backward runs the blocks last to first
+  wait(unit_of_block_[block]);
+}
+
+void BlockGatherer::gather(std::optional<size_t> u) {
+  if (!u || units_[*u].gathered) return;
+  Unit& unit = units_[*u];
+  allocate_memory(unit.whole);
+  unit.gathering = comm_.allgather(unit.shard, unit.whole);
+  unit.gathered = true;
+}
+
+void BlockGatherer::wait(std::optional<size_t> u) {
+  if (!u || !units_[*u].gathering) return;
+  units_[*u].gathering->wait();
+  units_[*u].gathering.reset();
+}
+
+void BlockGatherer::release_unlocked(size_t u) {
+  Unit& unit = units_[u];
+  if (!unit.gathered) return;
+  wait(u);  // the collective writes into the memory until it completes
+  free_memory(unit.whole);
+  unit.gathered = false;
+}
+
+std::optional<size_t> BlockGatherer::unit_from(std::ptrdiff_t block, int direction) const {
+  for (; block >= 0 && block < static_cast<std::ptrdiff_t>(unit_of_block_.size()); block += direction) {
+    if (unit_of_block_[static_cast<size_t>(block)]) return unit_of_block_[static_cast<size_t>(block)];
+  }
+  return std::nullopt;
+}
+
+}  // namespace hpctrain::train
