@@ -4,7 +4,11 @@
 #include <c10/core/StorageImpl.h>
 #include <torch/torch.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <map>
 
 #include "hpctrain/core/error.h"
@@ -26,10 +30,35 @@ void free_memory(const at::Tensor& tensor) {
   storage->set_nbytes(0);
 }
 
+struct Mapping {
+  void* address;
+  size_t bytes;
+};
+
+void unmap(void* context) {
+  const auto* mapping = static_cast<Mapping*>(context);
+  munmap(mapping->address, mapping->bytes);
+  delete mapping;
+}
+
+// On the CPU a gathered block's memory comes from the kernel and goes back to it when released
+// (mmap), so the resident size falls at once, instead of staying in malloc's heap (which keeps
+// blocks below 256 MiB, Note [Allocator thresholds]) where blocks of many sizes, gathered and
+// freed all through a step, would fragment it. On a GPU the caching allocator reuses them.
+c10::DataPtr allocate_bytes(c10::StorageImpl& storage, size_t bytes, c10::Device device) {
+  if (!device.is_cpu() || bytes == 0) return storage.allocator()->allocate(bytes);
+  void* address = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (address == MAP_FAILED) {
+    throw Error("out of memory gathering " + std::to_string(bytes) + " bytes of parameters (dist.zero_stage=3): " +
+                std::strerror(errno));
+  }
+  return c10::DataPtr(address, new Mapping{address, bytes}, &unmap, device);
+}
+
 void allocate_memory(const at::Tensor& tensor) {
   c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
   const auto bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
-  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_data_ptr_noswap(allocate_bytes(*storage, bytes, tensor.device()));
   storage->set_nbytes(bytes);
 }
 
@@ -170,7 +199,12 @@ void BlockGatherer::gather(std::optional<size_t> u) {
   if (!u || units_[*u].gathered) return;
   Unit& unit = units_[*u];
   allocate_memory(unit.whole);
-  unit.gathering = comm_.allgather(unit.shard, unit.whole);
+  // In place (the rank's chunk of the whole buffer is the input): MPI's in-place all-gather
+  // allocates no temporary of the whole size, as some of its out-of-place algorithms do.
+  const std::int64_t chunk = unit.shard.numel();
+  at::Tensor mine = unit.whole.narrow(0, chunk * comm_.rank(), chunk);
+  mine.copy_(unit.shard);
+  unit.gathering = comm_.allgather(mine, unit.whole);
   unit.gathered = true;
 }
 
