@@ -64,32 +64,43 @@ void allocate_memory(const at::Tensor& tensor) {
 
 }  // namespace
 
-UnitPlan plan_units(model::Model& model, const std::vector<at::Tensor>& parameters) {
+UnitPlan plan_units(model::Model& model, const std::vector<at::Tensor>& parameters, std::int64_t unit_bytes) {
   std::map<const c10::TensorImpl*, size_t> index;
   for (size_t i = 0; i < parameters.size(); ++i) index[parameters[i].unsafeGetTensorImpl()] = i;
   std::vector<char> taken(parameters.size(), 0);
   const auto blocks = model.blocks();
-  std::vector<std::vector<size_t>> of_block(blocks.size());
+  // Consecutive blocks share a unit until it holds `unit_bytes` (FSDP's size-based wrapping):
+  // small blocks would otherwise cost a collective each.
+  std::vector<std::vector<size_t>> groups(1);
+  std::vector<size_t> group_of_block(blocks.size());
+  std::int64_t group_bytes = 0;
   for (size_t b = 0; b < blocks.size(); ++b) {
+    if (group_bytes >= unit_bytes) {
+      groups.emplace_back();
+      group_bytes = 0;
+    }
     for (const at::Tensor& p : blocks[b]->parameters()) {
       const auto found = index.find(p.unsafeGetTensorImpl());
       if (found == index.end() || taken[found->second]) continue;  // frozen, or another block's
       taken[found->second] = 1;
-      of_block[b].push_back(found->second);
+      groups.back().push_back(found->second);
+      group_bytes += static_cast<std::int64_t>(p.nbytes());
     }
-    std::sort(of_block[b].begin(), of_block[b].end());
+    group_of_block[b] = groups.size() - 1;
   }
   UnitPlan plan;
-  plan.unit_of_block.resize(blocks.size());
-  const auto add_unit = [&](const std::vector<size_t>& members) {
+  std::vector<std::optional<size_t>> unit_of_group(groups.size());
+  const auto add_unit = [&](std::vector<size_t> members) {
+    std::sort(members.begin(), members.end());
     ddp::Bucket unit{members, 0};
     for (const size_t i : members) unit.numel += parameters[i].numel();
     plan.units.push_back(unit);
     return plan.units.size() - 1;
   };
-  for (size_t b = blocks.size(); b-- > 0;) {
-    if (!of_block[b].empty()) plan.unit_of_block[b] = add_unit(of_block[b]);
+  for (size_t g = groups.size(); g-- > 0;) {
+    if (!groups[g].empty()) unit_of_group[g] = add_unit(groups[g]);
   }
+  for (size_t b = 0; b < blocks.size(); ++b) plan.unit_of_block.push_back(unit_of_group[group_of_block[b]]);
   std::vector<size_t> rest;
   for (size_t i = 0; i < parameters.size(); ++i) {
     if (!taken[i]) rest.push_back(i);
@@ -163,24 +174,27 @@ void BlockGatherer::release_all() {
 void BlockGatherer::begin_forward() {
   const std::lock_guard<std::mutex> lock(mutex_);
   gather(outside_);
-  gather(unit_from(0, +1));
+  if (!unit_of_block_.empty()) gather(unit_of_block_.front() ? unit_of_block_.front() : other_unit(0, +1));
   wait(outside_);
 }
 
 void BlockGatherer::before_block(size_t block) {
   const std::lock_guard<std::mutex> lock(mutex_);
   gather(unit_of_block_[block]);
-  gather(unit_from(static_cast<std::ptrdiff_t>(block) + 1, +1));  // prefetched while this block computes
+  gather(other_unit(block, +1));  // prefetched while this block computes
   wait(unit_of_block_[block]);
 }
 
-// Released after its forward; when a backward will run through it, gathered again just before.
+// Released after the last of its blocks ran; when a backward will run through the block, gathered
+// again just before.
 void BlockGatherer::after_block(size_t block, const at::Tensor& output) {
   if (c10::GradMode::is_enabled() && output.requires_grad()) {
     output.register_hook([this, block](const at::Tensor&) { before_backward(block); });
   }
   const std::lock_guard<std::mutex> lock(mutex_);
-  if (unit_of_block_[block]) release_unlocked(*unit_of_block_[block]);
+  const std::optional<size_t> unit = unit_of_block_[block];
+  const bool last_of_unit = block + 1 == unit_of_block_.size() || unit_of_block_[block + 1] != unit;
+  if (unit && last_of_unit) release_unlocked(*unit);
 }
 
 // Without gradients no backward follows: nothing stays gathered.
@@ -191,7 +205,7 @@ void BlockGatherer::end_forward() {
 void BlockGatherer::before_backward(size_t block) {
   const std::lock_guard<std::mutex> lock(mutex_);
   gather(unit_of_block_[block]);
-  gather(unit_from(static_cast<std::ptrdiff_t>(block) - 1, -1));  // backward runs the blocks last to first
+  gather(other_unit(block, -1));  // backward runs the blocks last to first
   wait(unit_of_block_[block]);
 }
 
@@ -222,9 +236,12 @@ void BlockGatherer::release_unlocked(size_t u) {
   unit.gathered = false;
 }
 
-std::optional<size_t> BlockGatherer::unit_from(std::ptrdiff_t block, int direction) const {
-  for (; block >= 0 && block < static_cast<std::ptrdiff_t>(unit_of_block_.size()); block += direction) {
-    if (unit_of_block_[static_cast<size_t>(block)]) return unit_of_block_[static_cast<size_t>(block)];
+std::optional<size_t> BlockGatherer::other_unit(size_t block, int direction) const {
+  const std::optional<size_t> own = unit_of_block_[block];
+  for (auto b = static_cast<std::ptrdiff_t>(block) + direction;
+       b >= 0 && b < static_cast<std::ptrdiff_t>(unit_of_block_.size()); b += direction) {
+    const std::optional<size_t> unit = unit_of_block_[static_cast<size_t>(b)];
+    if (unit && unit != own) return unit;
   }
   return std::nullopt;
 }

@@ -1,6 +1,6 @@
 // dist.zero_stage=3's parameters (docs/distributed.md, "Sharding (ZeRO)"). The trainable
-// parameters fall into units: one per block of the model (model.h), and one for those outside
-// every block. Each unit is one flat buffer, padded to a multiple of the world size, of which this
+// parameters fall into units: one per block of the model (model.h), or per run of consecutive
+// small blocks, and one for those outside every block. Each unit is one flat buffer, padded to a multiple of the world size, of which this
 // rank keeps only its chunk (shard()); the module's parameters are views of the whole buffer, whose
 // memory exists only while the unit is gathered (Note [Parameters without memory]): a block's from
 // just before its forward to just after, and again from just before its backward until all its
@@ -32,8 +32,9 @@ struct UnitPlan {
   std::optional<size_t> outside;                     // the unit of the parameters outside every block
 };
 
-// `parameters`: the trainable ones, in the module's order.
-UnitPlan plan_units(model::Model& model, const std::vector<at::Tensor>& parameters);
+// `parameters`: the trainable ones, in the module's order. Consecutive blocks share a unit until it
+// holds `unit_bytes` (dist.bucket_mb).
+UnitPlan plan_units(model::Model& model, const std::vector<at::Tensor>& parameters, std::int64_t unit_bytes);
 
 class BlockGatherer final : public model::BlockHooks {
  public:
@@ -72,8 +73,9 @@ class BlockGatherer final : public model::BlockHooks {
   void gather(std::optional<size_t> unit);
   void wait(std::optional<size_t> unit);
   void release_unlocked(size_t unit);
-  // The unit of the first block that has one, from `block` on in `direction` (+1 or -1).
-  std::optional<size_t> unit_from(std::ptrdiff_t block, int direction) const;
+  // The unit of the nearest block after (`direction` +1) or before (-1) `block` that has one other
+  // than `block`'s.
+  std::optional<size_t> other_unit(size_t block, int direction) const;
 
   comm::Communicator& comm_;
   std::vector<Unit> units_;

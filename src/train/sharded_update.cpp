@@ -207,14 +207,15 @@ class ShardedUpdate final : public GradientUpdate {
 
   c10::Device device() const { return parameters_.front().device(); }
 
-  // Stage 3: one unit per block of the model, each reduced as one bucket, whose gathered
-  // parameters are freed as soon as their gradients are all in.
+  // Stage 3: one unit per block of the model (or run of small blocks up to dist.bucket_mb), each
+  // reduced as one bucket, whose gathered parameters are freed as soon as their gradients are
+  // all in.
   void shard_parameters(ddp::GradSyncOptions& options) {
     if (model_.blocks().empty()) {
       throw ConfigError("dist.zero_stage=3 gathers parameters block by block, and this model has no blocks (a "
                         "TorchScript module's parameters cannot be split so): use dist.zero_stage=2");
     }
-    const UnitPlan plan = plan_units(model_, parameters_);
+    const UnitPlan plan = plan_units(model_, parameters_, options.bucket_bytes);
     gatherer_ = std::make_unique<BlockGatherer>(comm_, parameters_, plan);
     options.buckets = plan.units;
     options.on_filled = [gatherer = gatherer_.get()](size_t unit) { gatherer->release(unit); };

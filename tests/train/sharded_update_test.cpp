@@ -191,7 +191,9 @@ TEST(ShardedUpdate, StageThreeTakesTheStepsOfReplicatedTrainingBitForBit) {
       {"mlp, adamw", kOptimizers.at("adamw")},
       {"gpt, adamw", with(kOptimizers.at("adamw"), kGpt)},
       {"fashion_cnn, sgd", with(kOptimizers.at("sgd"), kFashionCnn)},
-      {"resnet, adamw", with(kOptimizers.at("adamw"), kResnet)}};
+      {"resnet, adamw", with(kOptimizers.at("adamw"), kResnet)},
+      // 25 MiB units: all of fashion_cnn's blocks are gathered as one.
+      {"fashion_cnn, sgd, one unit", with(kOptimizers.at("sgd"), with(kFashionCnn, {{"dist.bucket_mb", "25"}}))}};
   for (const auto& [name, options] : cases) {
     for (const int ranks : {2, 3}) {
       const std::vector<at::Tensor> replicated = train(sharded_config(options), ranks, 0, 3).parameters;
