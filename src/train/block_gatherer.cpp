@@ -186,15 +186,16 @@ void BlockGatherer::before_block(size_t block) {
 }
 
 // Released after the last of its blocks ran; when a backward will run through the block, gathered
-// again just before.
+// again just before. The last unit of the forward is kept when a backward follows, which needs it
+// first (FSDP does not reshard it either).
 void BlockGatherer::after_block(size_t block, const at::Tensor& output) {
-  if (c10::GradMode::is_enabled() && output.requires_grad()) {
-    output.register_hook([this, block](const at::Tensor&) { before_backward(block); });
-  }
+  const bool backward_follows = c10::GradMode::is_enabled() && output.requires_grad();
+  if (backward_follows) output.register_hook([this, block](const at::Tensor&) { before_backward(block); });
   const std::lock_guard<std::mutex> lock(mutex_);
   const std::optional<size_t> unit = unit_of_block_[block];
   const bool last_of_unit = block + 1 == unit_of_block_.size() || unit_of_block_[block + 1] != unit;
-  if (unit && last_of_unit) release_unlocked(*unit);
+  const bool needed_next = backward_follows && !other_unit(block, +1);
+  if (unit && last_of_unit && !needed_next) release_unlocked(*unit);
 }
 
 // Without gradients no backward follows: nothing stays gathered.
