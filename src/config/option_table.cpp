@@ -392,7 +392,8 @@ std::vector<Option> build_table() {
 
       row("dist.bucket_mb", &C::dist, &DistConfig::bucket_mb, "25",
           "Gradients are reduced in buckets of about this many MiB, in reverse parameter order, "
-          "each as soon as backward has produced all of it (docs/distributed.md).",
+          "each as soon as backward has produced all of it (docs/distributed.md). At "
+          "dist.zero_stage=3, consecutive blocks are gathered together until they hold this much.",
           positive()),
       row("dist.overlap", &C::dist, &DistConfig::overlap, "true",
           "Start each bucket's allreduce during backward; false waits until backward has ended."),

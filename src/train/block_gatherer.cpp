@@ -4,6 +4,7 @@
 #include <c10/core/StorageImpl.h>
 #include <torch/torch.h>
 
+#include <malloc.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -130,6 +131,10 @@ BlockGatherer::BlockGatherer(comm::Communicator& comm, const std::vector<at::Ten
     free_memory(unit.whole);
     units_.push_back(std::move(unit));
   }
+  // The model was built whole; malloc's heap would keep what it freed resident (its thresholds
+  // are high, Note [Allocator thresholds]). Given back, a rank's peak is the larger of the build's
+  // and a step's, not their sum.
+  malloc_trim(0);
 }
 
 BlockGatherer::~BlockGatherer() = default;
