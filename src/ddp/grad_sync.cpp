@@ -15,6 +15,7 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/ddp/bucket_plan.h"
+#include "hpctrain/ddp/mapped_memory.h"
 #include "hpctrain/ddp/shard_plan.h"
 
 namespace hpctrain::ddp {
@@ -157,9 +158,10 @@ struct GradSync::State {
     parameters[i].mutable_grad() = in_slot;
   }
 
-  // A released bucket, allocated with its parameters' gradients in their slots.
+  // A released bucket, allocated with its parameters' gradients in their slots; mapped memory,
+  // so the resident size falls when it is freed (mapped_memory.h).
   void allocate(size_t b) {
-    buffers[b] = at::zeros({padded[b]}, parameters.front().options());
+    buffers[b] = mapped_zeros(padded[b], parameters.front().options());
     for (const size_t i : plan[b].parameters) {
       slot_data[i] = slot(i).data_ptr();
       put_in_slot(i);

@@ -5,14 +5,12 @@
 #include <torch/torch.h>
 
 #include <malloc.h>
-#include <sys/mman.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <map>
 
 #include "hpctrain/core/error.h"
+#include "hpctrain/ddp/mapped_memory.h"
 #include "hpctrain/ddp/shard_plan.h"
 
 namespace hpctrain::train {
@@ -31,66 +29,55 @@ void free_memory(const at::Tensor& tensor) {
   storage->set_nbytes(0);
 }
 
-struct Mapping {
-  void* address;
-  size_t bytes;
-};
-
-void unmap(void* context) {
-  const auto* mapping = static_cast<Mapping*>(context);
-  munmap(mapping->address, mapping->bytes);
-  delete mapping;
-}
-
-// On the CPU a gathered block's memory comes from the kernel and goes back to it when released
-// (mmap), so the resident size falls at once, instead of staying in malloc's heap (which keeps
-// blocks below 256 MiB, Note [Allocator thresholds]) where blocks of many sizes, gathered and
-// freed all through a step, would fragment it. On a GPU the caching allocator reuses them.
-c10::DataPtr allocate_bytes(c10::StorageImpl& storage, size_t bytes, c10::Device device) {
-  if (!device.is_cpu() || bytes == 0) return storage.allocator()->allocate(bytes);
-  void* address = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (address == MAP_FAILED) {
-    throw Error("out of memory gathering " + std::to_string(bytes) + " bytes of parameters (dist.zero_stage=3): " +
-                std::strerror(errno));
-  }
-  return c10::DataPtr(address, new Mapping{address, bytes}, &unmap, device);
-}
-
 void allocate_memory(const at::Tensor& tensor) {
   c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
   const auto bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
-  storage->set_data_ptr_noswap(allocate_bytes(*storage, bytes, tensor.device()));
+  // Mapped on the CPU (ddp/mapped_memory.h): a released block's memory leaves the process at once.
+  storage->set_data_ptr_noswap(ddp::allocate_mapped(bytes, tensor.device(), *storage->allocator()));
   storage->set_nbytes(bytes);
 }
 
 }  // namespace
 
-UnitPlan plan_units(model::Model& model, const std::vector<at::Tensor>& parameters, std::int64_t unit_bytes) {
+namespace {
+
+// The model's blocks in forward order, consecutive blocks sharing a group until it holds
+// `unit_bytes` (FSDP's size-based wrapping: a small block would otherwise cost a collective of
+// its own); each group's trainable parameters, by index.
+struct BlockGroups {
+  std::vector<std::vector<size_t>> groups{1};
+  std::vector<size_t> group_of_block;
+  std::vector<char> taken;  // parameter -> in some block
+};
+
+BlockGroups group_blocks(model::Model& model, const std::vector<at::Tensor>& parameters, std::int64_t unit_bytes) {
   std::map<const c10::TensorImpl*, size_t> index;
   for (size_t i = 0; i < parameters.size(); ++i) index[parameters[i].unsafeGetTensorImpl()] = i;
-  std::vector<char> taken(parameters.size(), 0);
-  const auto blocks = model.blocks();
-  // Consecutive blocks share a unit until it holds `unit_bytes` (FSDP's size-based wrapping):
-  // small blocks would otherwise cost a collective each.
-  std::vector<std::vector<size_t>> groups(1);
-  std::vector<size_t> group_of_block(blocks.size());
+  BlockGroups out;
+  out.taken.assign(parameters.size(), 0);
   std::int64_t group_bytes = 0;
-  for (size_t b = 0; b < blocks.size(); ++b) {
+  for (const auto& block : model.blocks()) {
     if (group_bytes >= unit_bytes) {
-      groups.emplace_back();
+      out.groups.emplace_back();
       group_bytes = 0;
     }
-    for (const at::Tensor& p : blocks[b]->parameters()) {
+    for (const at::Tensor& p : block->parameters()) {
       const auto found = index.find(p.unsafeGetTensorImpl());
-      if (found == index.end() || taken[found->second]) continue;  // frozen, or another block's
-      taken[found->second] = 1;
-      groups.back().push_back(found->second);
+      if (found == index.end() || out.taken[found->second]) continue;  // frozen, or another block's
+      out.taken[found->second] = 1;
+      out.groups.back().push_back(found->second);
       group_bytes += static_cast<std::int64_t>(p.nbytes());
     }
-    group_of_block[b] = groups.size() - 1;
+    out.group_of_block.push_back(out.groups.size() - 1);
   }
+  return out;
+}
+
+}  // namespace
+
+UnitPlan plan_units(model::Model& model, const std::vector<at::Tensor>& parameters, std::int64_t unit_bytes) {
+  const BlockGroups grouped = group_blocks(model, parameters, unit_bytes);
   UnitPlan plan;
-  std::vector<std::optional<size_t>> unit_of_group(groups.size());
   const auto add_unit = [&](std::vector<size_t> members) {
     std::sort(members.begin(), members.end());
     ddp::Bucket unit{members, 0};
@@ -98,13 +85,15 @@ UnitPlan plan_units(model::Model& model, const std::vector<at::Tensor>& paramete
     plan.units.push_back(unit);
     return plan.units.size() - 1;
   };
-  for (size_t g = groups.size(); g-- > 0;) {
-    if (!groups[g].empty()) unit_of_group[g] = add_unit(groups[g]);
+  // Backward fills the last group first: its unit is reduced first.
+  std::vector<std::optional<size_t>> unit_of_group(grouped.groups.size());
+  for (size_t g = grouped.groups.size(); g-- > 0;) {
+    if (!grouped.groups[g].empty()) unit_of_group[g] = add_unit(grouped.groups[g]);
   }
-  for (size_t b = 0; b < blocks.size(); ++b) plan.unit_of_block.push_back(unit_of_group[group_of_block[b]]);
+  for (const size_t g : grouped.group_of_block) plan.unit_of_block.push_back(unit_of_group[g]);
   std::vector<size_t> rest;
   for (size_t i = 0; i < parameters.size(); ++i) {
-    if (!taken[i]) rest.push_back(i);
+    if (!grouped.taken[i]) rest.push_back(i);
   }
   if (!rest.empty()) plan.outside = add_unit(rest);
   return plan;

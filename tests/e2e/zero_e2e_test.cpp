@@ -38,10 +38,13 @@ class ZeroEndToEnd : public ::testing::Test {
   }
   static void TearDownTestSuite() { hpctrain::sys::remove_tree(work_); }
 
-  // A global batch of 96 in micro-batches of 8: 6 per step at -np 2, 4 at 3, 3 at 4.
-  static std::string fashion(int ranks, const std::string& run, const std::string& extra) {
+  // A global batch of 96 in micro-batches of 8: 6 per step at -np 2, 4 at 3, 3 at 4; `eval_split`:
+  // evaluated on it (with train.eval_every), or never.
+  static std::string fashion(int ranks, const std::string& run, const std::string& extra,
+                             const std::string& eval_split = "") {
     return mpirun(ranks) + kBin + " train --config " + kSource + "/configs/fashion_cnn.ini --data.path=" + fashion_ +
-           " --run.dir=" + work_ + "/" + run + " --train.threads=1 --data.eval_split= --train.batch_size=8" +
+           " --run.dir=" + work_ + "/" + run + " --train.threads=1 --data.eval_split=" + eval_split +
+           " --train.batch_size=8" +
            " --train.global_batch=96 --train.epochs=4 --train.max_steps=50 --optim.name=sgd --optim.momentum=0.9" +
            " --optim.nesterov=true --optim.weight_decay=0.0005 --log.every_steps=10 --ckpt.keep_last=0 " + extra;
   }
@@ -115,11 +118,14 @@ TEST_F(ZeroEndToEnd, FashionCnnAtStagesOneAndTwoEqualsReplicatedToTheBit) {
   EXPECT_EQ(count_lines_with(second.err, "resumed from "), 1) << second.err;
   expect_same_tensors(checkpoint("f0", 50), checkpoint("f2", 50), {"model", "optim", "sched"});
 
-  // Stage 3, stopped after step 20 and resumed, the replicas checked on the gathered parameters.
-  const std::string three = "--dist.zero_stage=3 --dist.check_replicas_every=5";
-  const ProcessResult third = run_command(fashion(2, "f3", three + " --train.max_steps=20"));
+  // Stage 3, stopped after step 20 and resumed, the replicas checked on the gathered parameters,
+  // evaluated every 10 steps (each block gathered for its forward alone).
+  const std::string three = "--dist.zero_stage=3 --dist.check_replicas_every=5 --train.eval_every=10";
+  const ProcessResult third = run_command(fashion(2, "f3", three + " --train.max_steps=20", "test"));
   ASSERT_EQ(third.exit_code, 0) << third.err;
-  EXPECT_EQ(run_command(fashion(2, "f3", three)).exit_code, 0);
+  const ProcessResult resumed = run_command(fashion(2, "f3", three, "test"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_GE(count_lines_with(read_file(work_ + "/f3/metrics.jsonl"), "test_acc"), 5);
   expect_same_tensors(checkpoint("f0", 50), checkpoint("f3", 50), {"model", "optim", "sched"});
 
   // The metrics say what each rank holds.
