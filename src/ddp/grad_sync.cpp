@@ -15,7 +15,6 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/ddp/bucket_plan.h"
-#include "hpctrain/ddp/mapped_memory.h"
 #include "hpctrain/ddp/shard_plan.h"
 
 namespace hpctrain::ddp {
@@ -158,10 +157,11 @@ struct GradSync::State {
     parameters[i].mutable_grad() = in_slot;
   }
 
-  // A released bucket, allocated with its parameters' gradients in their slots; mapped memory,
-  // so the resident size falls when it is freed (mapped_memory.h).
+  // A released bucket, allocated with its parameters' gradients in their slots. From the heap:
+  // mapped memory (mapped_memory.h) lowered stage 2's peak by 2 % and slowed its steps 2.4x at 4
+  // ranks on 2 cores (page faults on every bucket of every step).
   void allocate(size_t b) {
-    buffers[b] = mapped_zeros(padded[b], parameters.front().options());
+    buffers[b] = at::zeros({padded[b]}, parameters.front().options());
     for (const size_t i : plan[b].parameters) {
       slot_data[i] = slot(i).data_ptr();
       put_in_slot(i);

@@ -8,7 +8,7 @@
 // bucket whose gradients are all in is reduced at once (overlap) while backward goes on. Buckets
 // start strictly in order on every rank, so all ranks issue the same collectives in the same
 // order. average_gradients() waits for them; the averages are then in each .grad().
-// Sharded (ZeRO stages 1 and 2, Reduction below): each bucket is padded to a multiple of the
+// Sharded (ZeRO stages 1 to 3, Reduction below): each bucket is padded to a multiple of the
 // world size and reduce-scattered instead, so each rank receives the average of its chunk only
 // (shard_plan.h says which parameters' elements that is), in shard(b).
 // Depends on core, comm and ATen; never on models or the trainer.
@@ -38,7 +38,7 @@ enum class Reduction {
   kReduceScatter,  // its chunk's average in shard(b), in place; .grad() undefined after (ZeRO 1)
   // As kReduceScatter, and the bucket's full gradients exist only from its launch until its
   // reduce-scatter completes: autograd's .grad() tensors are copied into the bucket at launch and
-  // dropped, the bucket freed once reduced (ZeRO 2).
+  // dropped, the bucket freed once reduced (ZeRO 2 and 3).
   kReduceScatterAndRelease,
 };
 
@@ -51,7 +51,8 @@ struct GradSyncOptions {
   c10::ScalarType wire_dtype = c10::ScalarType::Undefined;
   Reduction reduction = Reduction::kAllreduce;
   // The buckets, in the order they are reduced, every parameter in exactly one; empty: planned
-  // from bucket_bytes (bucket_plan.h). ZeRO stage 3 gives one bucket per block of the model.
+  // from bucket_bytes (bucket_plan.h). ZeRO stage 3 gives one bucket per unit of blocks of the
+  // model (src/train/block_gatherer.h).
   std::vector<Bucket> buckets;
   // Called with a bucket's index when all its parameters got their gradient in a backward (any
   // of a step's backwards), on autograd's thread: stage 3 frees the block's gathered parameters.
