@@ -163,12 +163,18 @@ void BlockGatherer::release_all() {
   for (size_t u = 0; u < units_.size(); ++u) release_unlocked(u);
 }
 
+void BlockGatherer::prefetch_next_forward() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  gather(outside_);
+  gather(first_unit());
+}
+
 // Forward: the parameters outside the blocks for the whole pass, and the first block's gather
-// started alongside.
+// started alongside (unless a step's end started both).
 void BlockGatherer::begin_forward() {
   const std::lock_guard<std::mutex> lock(mutex_);
   gather(outside_);
-  if (!unit_of_block_.empty()) gather(unit_of_block_.front() ? unit_of_block_.front() : other_unit(0, +1));
+  gather(first_unit());
   wait(outside_);
 }
 
@@ -229,6 +235,11 @@ void BlockGatherer::release_unlocked(size_t u) {
   wait(u);  // the collective writes into the memory until it completes
   free_memory(unit.whole);
   unit.gathered = false;
+}
+
+std::optional<size_t> BlockGatherer::first_unit() const {
+  if (unit_of_block_.empty()) return std::nullopt;
+  return unit_of_block_.front() ? unit_of_block_.front() : other_unit(0, +1);
 }
 
 std::optional<size_t> BlockGatherer::other_unit(size_t block, int direction) const {

@@ -54,6 +54,9 @@ class BlockGatherer final : public model::BlockHooks {
   void keep_changes_and_release_all();
   void release(size_t unit);
   void release_all();
+  // Collective: starts gathering what the next forward needs first (the parameters outside the
+  // blocks and the first block's unit), while the ranks are still together after a step.
+  void prefetch_next_forward();
 
   void begin_forward() override;
   void before_block(size_t block) override;
@@ -73,6 +76,8 @@ class BlockGatherer final : public model::BlockHooks {
   void gather(std::optional<size_t> unit);
   void wait(std::optional<size_t> unit);
   void release_unlocked(size_t unit);
+  // The unit of the forward's first block that has one.
+  std::optional<size_t> first_unit() const;
   // The unit of the nearest block after (`direction` +1) or before (-1) `block` that has one other
   // than `block`'s.
   std::optional<size_t> other_unit(size_t block, int direction) const;

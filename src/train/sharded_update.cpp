@@ -120,7 +120,12 @@ class ShardedUpdate final : public GradientUpdate {
     for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
     if (!apply) return;
     optimizer_->step();
-    if (!gatherer_) gather_parameters();
+    if (gatherer_) {
+      // Started while the ranks are together after the step, not where the forward would meet.
+      gatherer_->prefetch_next_forward();
+    } else {
+      gather_parameters();
+    }
   }
 
   std::string first_nonfinite_gradient() override {
