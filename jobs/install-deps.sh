@@ -17,12 +17,15 @@ packages=(
   libspdlog-dev libfmt-dev           # logging
   nlohmann-json3-dev                 # manifests and metrics
   zlib1g-dev                         # gzipped IDX files
+  libicu-dev                         # Unicode classes for GPT-2's tokenizer
   dataset-fashion-mnist              # the quick start's data
   slurmctld slurmd slurm-client munge libpmix-dev  # a real Slurm for the tests (srun --mpi=pmix)
   iproute2                           # network namespaces as "nodes" for the multi-node test
   gnuplot-nox                        # jobs/plot.sh: a run's curves as PNG
   python3-torch                      # tests: an exported state_dict loads in PyTorch (weights_only)
 )
+# The tokenizer test's reference (npm's gpt-3-encoder) runs on node; npm installs it.
+command -v npm >/dev/null || packages+=(nodejs npm)
 if [ "${1:-}" = "--sanitizers" ]; then
   packages+=(clang libclang-rt-dev)  # the asan preset: jobs/sanitize.sh, jobs/fuzz.sh
 fi

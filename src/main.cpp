@@ -22,6 +22,7 @@ int dispatch(int argc, char** argv) {
   const Args rest(all.begin() + 1, all.end());
   if (command == "train") return hpctrain::cli::run_train(rest);
   if (command == "eval") return hpctrain::cli::run_eval(rest);
+  if (command == "generate") return hpctrain::cli::run_generate(rest);
   if (command == "prepare") return hpctrain::cli::run_prepare(rest);
   if (command == "data") return hpctrain::cli::run_data(rest);
   if (command == "ckpt") return hpctrain::cli::run_ckpt(rest);
@@ -29,7 +30,7 @@ int dispatch(int argc, char** argv) {
   if (command == "doctor") return hpctrain::cli::run_doctor(rest);
   if (command == "docs") return hpctrain::cli::run_docs(rest);
   throw hpctrain::ConfigError("unknown command '" + command +
-                              "' (commands: train, eval, prepare, data, ckpt, bench, doctor, docs; see hpctrain --help)");
+                              "' (commands: train, eval, generate, prepare, data, ckpt, bench, doctor, docs; see hpctrain --help)");
 }
 
 }  // namespace

@@ -1,11 +1,6 @@
 // `hpctrain ckpt inspect|verify|export`: look inside a checkpoint, check every checksum, and hand
-// the trained model to PyTorch users as a state_dict file. Single process; no MPI.
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickler.h>
-#include <unistd.h>
-
-#include <fstream>
+// the trained model to other tools as a PyTorch state_dict or a safetensors file. Single process;
+// no MPI.
 #include <iomanip>
 #include <iostream>
 
@@ -16,6 +11,8 @@
 #include "hpctrain/core/system.h"
 #include "hpctrain/core/timer.h"
 #include "hpctrain/io/h5_file.h"
+#include "hpctrain/weights/gpt2_names.h"
+#include "hpctrain/weights/weight_writer.h"
 #include "runtime.h"
 
 namespace hpctrain::cli {
@@ -24,13 +21,15 @@ namespace {
 const char* kUsage =
     "usage: hpctrain ckpt inspect FILE\n"
     "       hpctrain ckpt verify FILE\n"
-    "       hpctrain ckpt export FILE --to state_dict --out FILE.pt\n\n"
+    "       hpctrain ckpt export FILE --out OUT [--format pytorch|safetensors] [--names hpctrain|hf-gpt2]\n\n"
     "inspect: the metadata (step, epoch, sampler cursor, world size, versions, config) and every\n"
     "         tensor with its dtype, shape and size, group by group.\n"
     "verify:  reads every tensor, so every fletcher32 checksum is checked; exit 4 names the\n"
     "         first bad one.\n"
-    "export:  the model's parameters and buffers as a PyTorch state_dict (torch.load reads it:\n"
-    "         model.load_state_dict(torch.load(\"FILE.pt\")); docs/checkpoint-format.md).\n";
+    "export:  the model's parameters and buffers as a PyTorch state_dict (the default; torch.load\n"
+    "         reads it: model.load_state_dict(torch.load(\"OUT\"))) or a .safetensors file; with\n"
+    "         --names hf-gpt2 a gpt model gets Hugging Face GPT-2's names and Conv1D layout, which\n"
+    "         GPT2LMHeadModel loads. model.init_from reads either back. docs/checkpoint-format.md.\n";
 
 int inspect(const ckpt::CheckpointReader& reader) {
   const ckpt::CheckpointMeta& m = reader.meta();
@@ -63,55 +62,47 @@ int verify(const ckpt::CheckpointReader& reader) {
   return 0;
 }
 
-// The bytes of a torch.save file holding {name: tensor}. torch::pickle_save would tag the typed
-// Dict with torch.jit._pickle.restore_type_tag, which torch.load's weights_only unpickler (the
-// default since PyTorch 2.6) refuses; pickled untagged it is a plain dict that loads anywhere.
-std::vector<char> torch_save_bytes(const c10::Dict<std::string, at::Tensor>& state) {
-  std::vector<char> pickled;
-  torch::jit::Pickler pickler([&](const char* data, size_t size) { pickled.insert(pickled.end(), data, data + size); },
-                              /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
-                              /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
-  pickler.protocol();
-  pickler.pushIValue(state);
-  pickler.stop();
-  std::vector<char> archive;
-  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
-    archive.insert(archive.end(), static_cast<const char*>(data), static_cast<const char*>(data) + size);
-    return size;
-  });
-  torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
-  writer.writeEndOfFile();
-  return archive;
+// --format (pytorch, safetensors), with --to state_dict kept as the older spelling of pytorch.
+weights::WeightFormat export_format(const config::ParsedArgs& parsed) {
+  const std::string format = parsed.has("format") ? parsed.flags.at("format") : "pytorch";
+  const std::string to = parsed.has("to") ? parsed.flags.at("to") : "state_dict";
+  if (to != "state_dict") {
+    throw ConfigError("ckpt export: --to '" + to + "' is not a format; use --format pytorch|safetensors (a "
+                      "TorchScript export needs the model in Python, see docs/checkpoint-format.md)");
+  }
+  if (format == "pytorch") return weights::WeightFormat::kPytorch;
+  if (format == "safetensors") return weights::WeightFormat::kSafetensors;
+  throw ConfigError("ckpt export: --format '" + format + "' is not pytorch or safetensors");
 }
 
-int export_state_dict(const ckpt::CheckpointReader& reader, const config::ParsedArgs& parsed) {
-  const std::string to = parsed.has("to") ? parsed.flags.at("to") : "";
-  if (to != "state_dict") {
-    throw ConfigError("ckpt export: --to state_dict is the one export format (got '" + to +
-                      "'); a TorchScript export needs the model in Python, see docs/checkpoint-format.md");
+int export_weights(const ckpt::CheckpointReader& reader, const config::ParsedArgs& parsed) {
+  const weights::WeightFormat format = export_format(parsed);
+  if (!parsed.has("out")) throw ConfigError("ckpt export: --out FILE is required");
+  const std::string names = parsed.has("names") ? parsed.flags.at("names") : "hpctrain";
+  const std::string& model = reader.meta().model_name;
+  if (names != "hpctrain" && names != "hf-gpt2") {
+    throw ConfigError("ckpt export: --names '" + names + "' is not hpctrain or hf-gpt2");
   }
-  if (!parsed.has("out")) throw ConfigError("ckpt export: --out FILE.pt is required");
+  if (names == "hf-gpt2" && model != "gpt") {
+    throw ConfigError("ckpt export: --names hf-gpt2 renames a gpt model's weights; this checkpoint holds model " + model);
+  }
+  ckpt::NamedTensors tensors = reader.read_group("model");
+  if (tensors.empty()) throw CheckpointError(reader.path() + ": has no /model tensors to export");
+  if (names == "hf-gpt2") tensors = weights::to_hf_gpt2(tensors);
   const std::string out = parsed.flags.at("out");
-  c10::Dict<std::string, at::Tensor> state;
-  for (const auto& [name, tensor] : reader.read_group("model")) state.insert(name, tensor);
-  if (state.empty()) throw CheckpointError(reader.path() + ": has no /model tensors to export");
-  const std::vector<char> bytes = torch_save_bytes(state);
-  const std::string temp = out + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream file(temp, std::ios::binary);
-    file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!file) throw Error("ckpt export: cannot write " + temp + " (check --out and free space)", ExitCode::kUsage);
-  }
-  sys::publish_atomically(temp, out);
-  std::cout << "exported " << state.size() << " tensor(s) of model " << reader.meta().model_name << " to " << out
-            << "\n";
+  weights::write_weights(out, tensors, format,
+                         {{"hpctrain_model", model}, {"hpctrain_step", std::to_string(reader.meta().step)},
+                          {"hpctrain_names", names}});
+  std::cout << "exported " << tensors.size() << " tensor(s) of model " << model << " (" << names << " names) to "
+            << out << " (" << weights::name_of(format) << ")\n";
   return 0;
 }
 
 }  // namespace
 
 int run_ckpt(const Args& args) {
-  const std::vector<config::Flag> flags{{"to", true, ""}, {"out", true, ""}};
+  const std::vector<config::Flag> flags{
+      {"format", true, ""}, {"names", true, ""}, {"to", true, ""}, {"out", true, ""}};
   if (wants_help(args)) {
     std::cout << kUsage;
     return 0;
@@ -125,7 +116,7 @@ int run_ckpt(const Args& args) {
   const ckpt::CheckpointReader reader(parsed.positionals[1]);
   if (action == "inspect") return inspect(reader);
   if (action == "verify") return verify(reader);
-  return export_state_dict(reader, parsed);
+  return export_weights(reader, parsed);
 }
 
 }  // namespace hpctrain::cli

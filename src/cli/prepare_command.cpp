@@ -20,6 +20,9 @@ int run_prepare(const Args& args) {
       {"shards", true, "shards per split"},
       {"shard-size", true, "target shard size, e.g. 256MiB (instead of --shards)"},
       {"compression", true, "none, deflate or deflate:1..9"},
+      {"tokenizer", true, "text: bytes (default) or gpt2"},
+      {"vocab", true, "text with --tokenizer gpt2: GPT-2's encoder.json"},
+      {"merges", true, "text with --tokenizer gpt2: GPT-2's vocab.bpe"},
   };
   std::string formats;
   for (const auto& name : data::importer_names()) formats += (formats.empty() ? "" : "|") + name;
@@ -27,13 +30,15 @@ int run_prepare(const Args& args) {
     std::cout << "usage: hpctrain prepare <" << formats << "> --source DIR --out DIR "
               << "[--overwrite] [--limit N]\n"
                  "       [--shards N | --shard-size SIZE] [--compression none|deflate[:L]]\n\n"
-                 "       [--test-fraction F]\n\n"
+                 "       [--test-fraction F] [--tokenizer bytes|gpt2 --vocab encoder.json --merges vocab.bpe]\n\n"
                  "Imports a dataset into a directory of manifest.json plus HDF5 shards per split,\n"
                  "chunked with fletcher32 checksums:\n"
                  "  fashion-mnist, mnist  IDX files (gzipped or not) -> splits train, test\n"
                  "  npy                   X.npy + y.npy (+ X_test.npy + y_test.npy, else the last\n"
                  "                        --test-fraction, default 0.1) -> train, test\n"
-                 "  text                  a file or directory of text -> byte tokens, train + val\n"
+                 "  text                  a file or directory of text -> tokens, train + val: bytes\n"
+                 "                        (vocabulary 256), or GPT-2's BPE with --tokenizer gpt2 and\n"
+                 "                        its two files, which the dataset keeps (docs/fine-tuning.md)\n"
                  "The output appears only when complete; an existing one is kept unless --overwrite.\n"
                  "Example:\n"
                  "  hpctrain prepare fashion-mnist --source /usr/share/datasets/fashion-mnist "
@@ -65,6 +70,12 @@ int run_prepare(const Args& args) {
   options.sharding.deflate_level =
       data::parse_compression(parsed.has("compression") ? parsed.flags.at("compression") : "none");
   if (options.source.empty()) throw ConfigError("prepare: --source DIR is required");
+  if (parsed.positionals.front() != "text" && (parsed.has("tokenizer") || parsed.has("vocab") || parsed.has("merges"))) {
+    throw ConfigError("prepare: --tokenizer, --vocab and --merges apply to text only");
+  }
+  options.tokenizer = parsed.has("tokenizer") ? parsed.flags.at("tokenizer") : "bytes";
+  options.vocab = parsed.has("vocab") ? parsed.flags.at("vocab") : "";
+  options.merges = parsed.has("merges") ? parsed.flags.at("merges") : "";
   log::init_console({}, false, spdlog::level::info);
   data::import_dataset(parsed.positionals.front(), options);
   return 0;

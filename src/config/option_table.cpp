@@ -258,16 +258,32 @@ std::vector<Option> build_table() {
           at_least<I>(8)),
       row("model.resnet_width", &C::model, &ModelConfig::resnet_width, "16",
           "Channels of the resnet model's first stage (the next two have 2x and 4x).", at_least<I>(1)),
+      row("model.init_from", &C::model, &ModelConfig::init_from, "",
+          "Start from these weights instead of random ones: a .safetensors file, a PyTorch "
+          "state_dict (torch.save) or an hpctrain checkpoint (its weights only). The optimizer "
+          "starts fresh at step 0; a checkpoint in run.dir still takes precedence (resume). "
+          "docs/fine-tuning.md."),
+      row("model.init_names", &C::model, &ModelConfig::init_names, "auto",
+          "The names model.init_from uses: hpctrain's own, or hf-gpt2 (Hugging Face GPT-2: "
+          "Conv1D weights transposed, lm_head tied to wte) for the gpt model; auto tells them "
+          "apart by the file's names and shapes."),
+      row("model.init_strict", &C::model, &ModelConfig::init_strict, "true",
+          "Refuse model.init_from unless every parameter and buffer is in it with its shape and "
+          "nothing else is; false loads what matches and logs the rest."),
       row("model.gpt_layers", &C::model, &ModelConfig::gpt_layers, "4",
-          "Transformer blocks of the gpt model (n_layer).", at_least<I>(1)),
+          "Transformer blocks of the gpt model (n_layer); 0: as many as model.init_from has.",
+          at_least<I>(0)),
       row("model.gpt_heads", &C::model, &ModelConfig::gpt_heads, "4",
           "Attention heads per block of the gpt model (n_head); must divide model.gpt_embd.",
           at_least<I>(1)),
       row("model.gpt_embd", &C::model, &ModelConfig::gpt_embd, "128",
-          "Width of the gpt model's residual stream (n_embd).", at_least<I>(1)),
+          "Width of the gpt model's residual stream (n_embd); 0: model.init_from's.", at_least<I>(0)),
       row("model.gpt_block_size", &C::model, &ModelConfig::gpt_block_size, "128",
           "Context length of the gpt model (and of a TorchScript language model): tokens per "
-          "training window.", at_least<I>(1)),
+          "training window; 0: the positions model.init_from has (gpt).", at_least<I>(0)),
+      row("model.gpt_activation", &C::model, &ModelConfig::gpt_activation, "gelu",
+          "The gpt MLP's activation: gelu (exact, nanoGPT's) or gelu_tanh (the tanh "
+          "approximation GPT-2 was trained with; use it for GPT-2's weights)."),
 
       row("optim.name", &C::optim, &OptimConfig::name, "adamw", "Optimizer."),
       row("optim.lr", &C::optim, &OptimConfig::lr, "0.002", "Learning rate.", positive()),

@@ -47,6 +47,21 @@ std::int64_t as_count(const json& value, const std::string& manifest_path, const
   return value.get<std::int64_t>();
 }
 
+// The tokenizer of a token stream: bytes, or gpt2 with exactly its two files (plain names: they
+// are opened inside the dataset directory).
+TokenizerSpec read_tokenizer(const json& j, const std::string& path) {
+  TokenizerSpec spec;
+  spec.name = j.at("name").get<std::string>();
+  for (const auto& [file, checksum] : j.at("files").items()) spec.files[file] = checksum.get<std::string>();
+  const bool bytes = spec.name == "bytes" && spec.files.empty();
+  const bool gpt2 = spec.name == "gpt2" && spec.files.size() == 2 && spec.files.count("encoder.json") == 1 &&
+                    spec.files.count("vocab.bpe") == 1;
+  if (!bytes && !gpt2) {
+    throw DataError(path + ": 'tokenizer' must be bytes (no files) or gpt2 (encoder.json and vocab.bpe)");
+  }
+  return spec;
+}
+
 }  // namespace
 
 Manifest Manifest::load(const std::string& dataset_dir) {
@@ -106,6 +121,7 @@ Manifest Manifest::load(const std::string& dataset_dir) {
       }
       m.splits[split_name] = split;
     }
+    if (j.contains("tokenizer")) m.tokenizer = read_tokenizer(j.at("tokenizer"), path);
   } catch (const json::exception& e) {
     throw DataError(path + ": malformed manifest: " + e.what());
   }
@@ -129,6 +145,7 @@ void Manifest::save(const std::string& dataset_dir) const {
   for (const auto& f : fields) {
     j["fields"].push_back({{"name", f.name}, {"dtype", io::dtype_name(f.dtype)}, {"shape", f.shape}});
   }
+  if (tokenizer.name != "bytes") j["tokenizer"] = {{"name", tokenizer.name}, {"files", tokenizer.files}};
   j["splits"] = json::object();
   for (const auto& [split_name, split] : splits) {
     json shards = json::array();

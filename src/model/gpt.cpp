@@ -9,8 +9,11 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <utility>
 
 #include "builtin_models.h"
+#include "hpctrain/model/language_model.h"
 #include "hpctrain/core/error.h"
 
 namespace hpctrain::model {
@@ -59,6 +62,26 @@ class CausalSelfAttentionImpl : public nn::Module {
     return resid_dropout_(c_proj_(y));
   }
 
+  // The new tokens' attention over the cached ones and themselves; their keys and values are
+  // appended to `keys` and `values`. Query i sits at position `past + i` and sees keys up to it.
+  at::Tensor forward_cached(const at::Tensor& x, at::Tensor& keys, at::Tensor& values) {
+    const std::int64_t b = x.size(0);
+    const std::int64_t t = x.size(1);
+    const std::int64_t c = x.size(2);
+    const std::vector<at::Tensor> qkv = c_attn_(x).split(c, /*dim=*/2);
+    const auto heads = [&](const at::Tensor& y) { return y.view({b, t, heads_, c / heads_}).transpose(1, 2); };
+    const at::Tensor q = heads(qkv[0]);
+    keys = keys.defined() ? torch::cat({keys, heads(qkv[1])}, 2) : heads(qkv[1]);
+    values = values.defined() ? torch::cat({values, heads(qkv[2])}, 2) : heads(qkv[2]);
+    const std::int64_t past = keys.size(2) - t;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c / heads_));
+    at::Tensor att = torch::matmul(q, keys.transpose(-2, -1)).mul(scale);
+    const at::Tensor mask = torch::full({t, past + t}, -std::numeric_limits<float>::infinity(), att.options())
+                                .triu(/*diagonal=*/past + 1);
+    att = torch::softmax(att.add(mask), -1);
+    return c_proj_(torch::matmul(att, values).transpose(1, 2).contiguous().view({b, t, c}));
+  }
+
   nn::Linear& c_proj() { return c_proj_; }
 
  private:
@@ -72,16 +95,18 @@ TORCH_MODULE(CausalSelfAttention);
 
 class MlpBlockImpl : public nn::Module {
  public:
-  MlpBlockImpl(std::int64_t embd, double dropout)
-      : c_fc_(register_module("c_fc", nn::Linear(embd, 4 * embd))),
+  MlpBlockImpl(std::int64_t embd, double dropout, std::string gelu)
+      : gelu_(std::move(gelu)),
+        c_fc_(register_module("c_fc", nn::Linear(embd, 4 * embd))),
         c_proj_(register_module("c_proj", nn::Linear(4 * embd, embd))),
         dropout_(register_module("dropout", nn::Dropout(dropout))) {}
 
-  at::Tensor forward(const at::Tensor& x) { return dropout_(c_proj_(torch::gelu(c_fc_(x)))); }
+  at::Tensor forward(const at::Tensor& x) { return dropout_(c_proj_(torch::gelu(c_fc_(x), gelu_))); }
 
   nn::Linear& c_proj() { return c_proj_; }
 
  private:
+  std::string gelu_;  // torch::gelu's `approximate`: "none" or "tanh"
   nn::Linear c_fc_;
   nn::Linear c_proj_;
   nn::Dropout dropout_;
@@ -90,14 +115,19 @@ TORCH_MODULE(MlpBlock);
 
 class BlockImpl : public nn::Module {
  public:
-  BlockImpl(std::int64_t embd, std::int64_t heads, double dropout)
+  BlockImpl(std::int64_t embd, std::int64_t heads, double dropout, const std::string& gelu)
       : ln_1_(register_module("ln_1", nn::LayerNorm(nn::LayerNormOptions({embd})))),
         attn_(register_module("attn", CausalSelfAttention(embd, heads, dropout))),
         ln_2_(register_module("ln_2", nn::LayerNorm(nn::LayerNormOptions({embd})))),
-        mlp_(register_module("mlp", MlpBlock(embd, dropout))) {}
+        mlp_(register_module("mlp", MlpBlock(embd, dropout, gelu))) {}
 
   at::Tensor forward(at::Tensor x, const at::Tensor& mask) {
     x = x + attn_->forward(ln_1_(x), mask);
+    return x + mlp_(ln_2_(x));
+  }
+
+  at::Tensor forward_cached(at::Tensor x, at::Tensor& keys, at::Tensor& values) {
+    x = x + attn_->forward_cached(ln_1_(x), keys, values);
     return x + mlp_(ln_2_(x));
   }
 
@@ -112,22 +142,23 @@ class BlockImpl : public nn::Module {
 };
 TORCH_MODULE(Block);
 
-class Gpt final : public nn::Module, public Model {
+class Gpt final : public nn::Module, public Model, public CachedLanguageModel {
  public:
-  Gpt(std::int64_t vocab, std::int64_t block_size, std::int64_t layers, std::int64_t heads, std::int64_t embd,
-      double dropout)
-      : block_size_(block_size),
+  Gpt(std::int64_t vocab, const config::ModelConfig& config)
+      : block_size_(config.gpt_block_size),
         transformer_(register_module("transformer", std::make_shared<nn::Module>())) {
+    const std::int64_t embd = config.gpt_embd;
+    const std::string gelu = config.gpt_activation == config::GptActivation::kGeluTanh ? "tanh" : "none";
     wte_ = transformer_->register_module("wte", nn::Embedding(vocab, embd));
-    wpe_ = transformer_->register_module("wpe", nn::Embedding(block_size, embd));
-    drop_ = transformer_->register_module("drop", nn::Dropout(dropout));
+    wpe_ = transformer_->register_module("wpe", nn::Embedding(block_size_, embd));
+    drop_ = transformer_->register_module("drop", nn::Dropout(config.dropout));
     auto h = transformer_->register_module("h", nn::ModuleList());
-    for (std::int64_t i = 0; i < layers; ++i) {
-      blocks_.push_back(Block(embd, heads, dropout));
+    for (std::int64_t i = 0; i < config.gpt_layers; ++i) {
+      blocks_.push_back(Block(embd, config.gpt_heads, config.dropout, gelu));
       h->push_back(blocks_.back());
     }
     ln_f_ = transformer_->register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({embd})));
-    initialize(layers);
+    initialize(config.gpt_layers);
   }
 
   at::Tensor forward(const at::Tensor& tokens) override {
@@ -144,6 +175,21 @@ class Gpt final : public nn::Module, public Model {
 #endif
     for (size_t i = 0; i < blocks_.size(); ++i) x = run_block(i, [&] { return blocks_[i]->forward(x, mask); });
     return end_forward(torch::linear(ln_f_(x), wte_->weight));  // tied: the output layer is the embedding
+  }
+
+  std::int64_t block_size() const override { return block_size_; }
+
+  at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache) override {
+    const std::int64_t t = tokens.size(1);
+    HT_CHECK(cache.length + t <= block_size_, "a cached forward past the model's block size");
+    cache.keys.resize(blocks_.size());
+    cache.values.resize(blocks_.size());
+    const at::Tensor positions =
+        torch::arange(cache.length, cache.length + t, torch::dtype(torch::kLong).device(tokens.device()));
+    at::Tensor x = drop_(wte_(tokens) + wpe_(positions));
+    for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_cached(x, cache.keys[i], cache.values[i]);
+    cache.length += t;
+    return torch::linear(ln_f_(x), wte_->weight);
   }
 
   nn::Module& module() override { return *this; }
@@ -187,6 +233,10 @@ class Gpt final : public nn::Module, public Model {
 }  // namespace
 
 std::shared_ptr<Model> make_gpt(const config::ModelConfig& config, const ModelSpec& spec) {
+  if (config.gpt_layers < 1 || config.gpt_embd < 1 || config.gpt_block_size < 1) {
+    throw ConfigError("model.gpt_layers, model.gpt_embd and model.gpt_block_size must be at least 1 (0 takes the "
+                      "value from model.init_from's weights, and none are given)");
+  }
   if (spec.input_shape.size() != 1 || spec.input_shape[0] != config.gpt_block_size) {
     throw ConfigError("model gpt reads windows of model.gpt_block_size=" + std::to_string(config.gpt_block_size) +
                       " tokens from a token stream (hpctrain prepare text); this data has samples of another "
@@ -196,8 +246,7 @@ std::shared_ptr<Model> make_gpt(const config::ModelConfig& config, const ModelSp
     throw ConfigError("model.gpt_embd=" + std::to_string(config.gpt_embd) + " must be a multiple of model.gpt_heads=" +
                       std::to_string(config.gpt_heads) + " (each head gets gpt_embd / gpt_heads channels)");
   }
-  return std::make_shared<Gpt>(spec.num_classes, config.gpt_block_size, config.gpt_layers, config.gpt_heads,
-                               config.gpt_embd, config.dropout);
+  return std::make_shared<Gpt>(spec.num_classes, config);
 }
 
 }  // namespace hpctrain::model

@@ -3,6 +3,8 @@
 // every rank the same way before anything is written.
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
@@ -15,6 +17,8 @@
 #include "hpctrain/train/lr_schedule.h"
 #include "hpctrain/train/optimizer.h"
 #include "hpctrain/train/trainer.h"
+#include "hpctrain/weights/init_from.h"
+#include "hpctrain/weights/weight_file.h"
 
 namespace hpctrain::train {
 
@@ -124,6 +128,44 @@ void check_run_options(const config::Config& config, bool use_cuda, bool need_tr
   }
 }
 
+// model.init_from, read and mapped onto the model's names; a gpt's shape options given as 0 are
+// filled from it.
+struct InitialWeights {
+  weights::WeightFile file;  // the mapped tensors may view its memory
+  weights::MappedWeights mapped;
+  std::int64_t vocabulary = 0;  // a gpt's token embedding rows
+};
+
+bool shape_from_weights(const config::ModelConfig& model) {
+  return model.gpt_layers == 0 || model.gpt_embd == 0 || model.gpt_block_size == 0;
+}
+
+// Evaluation takes its weights from a checkpoint: the file is read only for a shape left to it.
+std::optional<InitialWeights> read_initial_weights(config::ModelConfig& model, bool training) {
+  if (model.init_from.empty() && shape_from_weights(model)) {
+    throw ConfigError("model.gpt_layers, model.gpt_embd and model.gpt_block_size take 0 only with model.init_from "
+                      "(the value then comes from its weights); give each a size");
+  }
+  if (model.init_from.empty() || (!training && !shape_from_weights(model))) return std::nullopt;
+  InitialWeights initial{weights::WeightFile::open(model.init_from), {}, 0};
+  initial.mapped = weights::map_weights(model, initial.file);
+  if (model.name == config::ModelName::kGpt) weights::fill_gpt_shape(model, initial.mapped.tensors, initial.vocabulary);
+  if (shape_from_weights(model)) {
+    throw ConfigError("model.gpt_layers, model.gpt_embd and model.gpt_block_size take 0 from model.init_from only "
+                      "for model.name=gpt; give each a size");
+  }
+  return initial;
+}
+
+// A language model's weights only fit data tokenized as they were trained.
+void check_vocabulary(const config::Config& config, const InitialWeights& initial, const data::Manifest& manifest) {
+  if (initial.vocabulary == 0 || initial.vocabulary == manifest.num_classes) return;
+  throw ConfigError("model.init_from=" + config.model.init_from + " has a vocabulary of " +
+                    std::to_string(initial.vocabulary) + " tokens, but data.path=" + config.data.path +
+                    " was tokenized into " + std::to_string(manifest.num_classes) +
+                    ": prepare the text with the weights' tokenizer");
+}
+
 // A token stream's splits, and the language model that reads them.
 void load_token_stream(const data::Manifest& manifest, bool need_train_split, TrainingSetup& setup) {
   const config::Config& config = setup.config;
@@ -174,7 +216,9 @@ void load_sample_splits(bool need_train_split, TrainingSetup& setup) {
 
 }  // namespace
 
-TrainingSetup prepare_training(const config::Config& config, bool need_train_split) {
+TrainingSetup prepare_training(const config::Config& given, bool need_train_split) {
+  config::Config config = given;
+  const std::optional<InitialWeights> initial = read_initial_weights(config.model, need_train_split);
   const bool use_cuda = resolve_use_cuda(config.dist.device, visible_gpus());
   check_run_options(config, use_cuda, need_train_split);
   const int threads = configure_threads(config.train);
@@ -190,6 +234,10 @@ TrainingSetup prepare_training(const config::Config& config, bool need_train_spl
     load_token_stream(manifest, need_train_split, setup);
   } else {
     load_sample_splits(need_train_split, setup);
+  }
+  if (initial && need_train_split) {
+    check_vocabulary(config, *initial, manifest);
+    weights::load_weights(*setup.model, initial->mapped, config.model.init_strict, config.model.init_from);
   }
   return setup;
 }

@@ -14,6 +14,8 @@ namespace hpctrain::config {
 
 enum class DataIo { kMmap, kPosix, kMpio };
 enum class ModelName { kFashionCnn, kMlp, kResnet, kGpt, kTorchscript };
+enum class InitNames { kAuto, kHpctrain, kHfGpt2 };
+enum class GptActivation { kGelu, kGeluTanh };
 enum class OptimizerName { kAdamW, kSgd };
 enum class LrScaling { kNone, kLinear, kSqrt };
 enum class Schedule { kConstant, kStep, kCosine };
@@ -35,6 +37,8 @@ struct Choices;
   }
 HT_CHOICES(DataIo, "mmap", "posix", "mpio");
 HT_CHOICES(ModelName, "fashion_cnn", "mlp", "resnet", "gpt", "torchscript");
+HT_CHOICES(InitNames, "auto", "hpctrain", "hf-gpt2");
+HT_CHOICES(GptActivation, "gelu", "gelu_tanh");
 HT_CHOICES(OptimizerName, "adamw", "sgd");
 HT_CHOICES(LrScaling, "none", "linear", "sqrt");
 HT_CHOICES(Schedule, "constant", "step", "cosine");
@@ -110,7 +114,11 @@ struct ModelConfig {
   std::int64_t gpt_heads = 4;
   std::int64_t gpt_embd = 128;
   std::int64_t gpt_block_size = 128;  // tokens per window (context length)
+  GptActivation gpt_activation = GptActivation::kGelu;
   std::string path;                   // the TorchScript file of model.name=torchscript
+  std::string init_from;              // weights to start from; "": random
+  InitNames init_names = InitNames::kAuto;
+  bool init_strict = true;
 };
 
 struct OptimConfig {

@@ -31,6 +31,13 @@ struct SplitSpec {
   std::int64_t samples() const;
 };
 
+// How a token stream's text was tokenized: "bytes" (each byte a token; no files) or "gpt2", whose
+// files `hpctrain prepare text` copies into <dataset>/tokenizer/ and records with their CRC-32s.
+struct TokenizerSpec {
+  std::string name = "bytes";
+  std::map<std::string, std::string> files;  // file name -> "crc32:1a2b3c4d"
+};
+
 struct Manifest {
   int version = kManifestVersion;
   std::string name;
@@ -39,6 +46,7 @@ struct Manifest {
   double input_mean = 0.0;  // inputs are scaled to [0,1], then (x - mean) / std
   double input_std = 1.0;
   std::map<std::string, SplitSpec> splits;
+  TokenizerSpec tokenizer;  // a token stream's; absent from the file for bytes
 
   // Throws DataError naming the dataset and what is wrong or missing.
   static Manifest load(const std::string& dataset_dir);

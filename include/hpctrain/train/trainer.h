@@ -45,7 +45,9 @@ struct TrainingSetup {
   bool language_model() const { return (train ? train : eval)->language_model(); }
 };
 
-// Sets the thread count and seed, reads the data and builds the model. Throws ConfigError/DataError.
+// Sets the thread count and seed, reads the data and builds the model; for training, starts it from
+// model.init_from's weights (a gpt's shape options given as 0 filled from them, also for
+// evaluation). Throws ConfigError/DataError, and CheckpointError for the weights file.
 TrainingSetup prepare_training(const config::Config& config, bool need_train_split);
 
 // What depends on the world size, checked once MPI knows it and before the run directory is

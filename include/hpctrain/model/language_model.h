@@ -1,0 +1,31 @@
+// What generation asks of a language model beyond Model::forward: its context length, and, where
+// the model can (gpt), a forward of new tokens that attends to the keys and values of the tokens
+// before them (a KV cache) instead of recomputing them. Depends on ATen's tensor type.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace hpctrain::model {
+
+// Every attention layer's keys and values of the tokens seen so far, [B, heads, length, head_dim].
+struct KvCache {
+  std::vector<at::Tensor> keys;
+  std::vector<at::Tensor> values;
+  std::int64_t length = 0;  // tokens cached
+
+  void clear() { *this = KvCache{}; }
+};
+
+class CachedLanguageModel {
+ public:
+  virtual ~CachedLanguageModel() = default;
+  virtual std::int64_t block_size() const = 0;
+  // Logits [B, T, vocab] of `tokens` [B, T] at positions cache.length ..; appends their keys
+  // and values. cache.length + T must not exceed block_size().
+  virtual at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache) = 0;
+};
+
+}  // namespace hpctrain::model

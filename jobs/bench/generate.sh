@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Generation and weight loading, measured in one run:
+#   jobs/bench/generate.sh [--rounds 3] [--new 128] [--layers 6] [--embd 384] [--heads 6]
+#                          [--positions 256] [--threads 1] [--bin PATH]
+# Makes a random GPT-2-layout model with tests/support/gpt2_reference.py (a 256-token vocabulary,
+# so the byte tokenizer reads the prompt), then, --rounds times in turn, greedily continues a
+# 64-byte prompt by --new tokens with `hpctrain generate` with gpt's KV cache, without it, and with
+# the Python module's own greedy loop (no cache) on the same weights. Prints the medians of
+# tokens/s and their ratios. Then the time model.init_from spends reading the safetensors file
+# (its log line) against `dd` reading the same file, both from the page cache.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+rounds=3 new=128 layers=6 embd=384 heads=6 positions=256 threads=1
+bin=build/release/src/hpctrain
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --new) new=$2; shift 2 ;;
+    --layers) layers=$2; shift 2 ;;
+    --embd) embd=$2; shift 2 ;;
+    --heads) heads=$2; shift 2 ;;
+    --positions) positions=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --bin) bin=$2; shift 2 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) echo "generate.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ -x "$bin" ] || { echo "generate.sh: no hpctrain binary at $bin (jobs/build.sh, or --bin PATH)" >&2; exit 2; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=$threads
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+reference=(/usr/bin/python3 tests/support/gpt2_reference.py)
+"${reference[@]}" make "$work" --light --vocab 256 --layers "$layers" --heads "$heads" --embd "$embd" \
+  --positions "$positions"
+cat >"$work/model.ini" <<INI
+[model]
+name = gpt
+gpt_layers = 0
+gpt_embd = 0
+gpt_block_size = 0
+gpt_heads = $heads
+gpt_activation = gelu_tanh
+dropout = 0
+[train]
+threads = $threads
+INI
+prompt="The quick brown fox jumps over the lazy dog, and then it runs on"
+json_field() { /usr/bin/python3 -c "import json, sys; print(json.loads(sys.stdin.readline())['$1'])"; }
+hpctrain_rate() {
+  "$bin" generate --weights "$work/gpt2.safetensors" --config "$work/model.ini" --tokenizer bytes \
+    --prompt "$prompt" --max-new-tokens "$new" --temperature 0 "$@" 2>"$work/log" | json_field tokens_per_s
+}
+python_rate() {
+  "${reference[@]}" greedy "$work/gpt2.pt" --prompt "$prompt" --new "$new" --heads "$heads" --time |
+    /usr/bin/python3 -c "import json, sys; r = json.loads(sys.stdin.read()); print(len(r['tokens']) / r['seconds'])"
+}
+for ((r = 0; r < rounds; r++)); do
+  echo "cached $(hpctrain_rate)" >>"$work/rates"
+  echo "uncached $(hpctrain_rate --no-kv-cache)" >>"$work/rates"
+  echo "python $(python_rate)" >>"$work/rates"
+done
+median() { awk -v k="$1" '$1 == k { print $2 }' "$work/rates" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+cached=$(median cached) uncached=$(median uncached) python=$(median python)
+params=$(/usr/bin/python3 -c "import torch; print(sum(v.numel() for k, v in torch.load('$work/gpt2.pt').items() if k != 'lm_head.weight'))")
+echo "model: $layers layers x $embd, $heads heads, $positions positions, vocabulary 256 ($params parameters); threads $threads"
+echo "greedy, batch 1, a 64-byte prompt + $new tokens, median of $rounds:"
+printf '  hpctrain, KV cache      %10.1f tokens/s\n' "$cached"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+printf '  hpctrain, no cache      %10.1f tokens/s   (cache: %sx)\n' "$uncached" "$(ratio "$cached" "$uncached")"
+printf '  PyTorch greedy loop     %10.1f tokens/s   (hpctrain with cache: %sx)\n' "$python" "$(ratio "$cached" "$python")"
+hpctrain_rate >/dev/null
+load=$(sed -n 's/.*model.init_from: .* in \([0-9.]*\) s.*/\1/p' "$work/log" | head -1)
+bytes=$(stat -c %s "$work/gpt2.safetensors")
+dd if="$work/gpt2.safetensors" of=/dev/null bs=4M 2>"$work/dd"
+dd_s=$(awk '/copied/ { for (i = 1; i <= NF; i++) if ($i == "s,") print $(i - 1) }' "$work/dd")
+printf 'loading %d bytes of safetensors: model.init_from %s s, dd %s s (%sx of dd'"'"'s rate)\n' \
+  "$bytes" "$load" "$dd_s" "$(ratio "$dd_s" "$load")"
