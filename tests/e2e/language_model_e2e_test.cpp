@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -215,6 +216,27 @@ TEST_F(LanguageModelEndToEnd, AScriptedLanguageModelTrainsResumesAndEvaluates) {
                                       "/scripted/checkpoints/ckpt-20.h5 --config " + work_ + "/scripted/config.ini");
   ASSERT_EQ(e.exit_code, 0) << e.err;
   EXPECT_NE(e.err.find(expected.str()), std::string::npos) << "expected '" << expected.str() << "' in\n" << e.err;
+
+  // It generates too (no KV cache: the whole context each token), greedily alike at 1 and 2 ranks.
+  const std::string prompts = work_ + "/prompts.txt";
+  std::ofstream(prompts) << "the quick\nover the lazy\n";
+  std::vector<std::string> outputs;
+  for (const int ranks : {1, 2}) {
+    const ProcessResult g = run_command(mpirun(ranks) + kBin + " generate --checkpoint " + work_ +
+                                        "/scripted/checkpoints/ckpt-20.h5 --prompts " + prompts +
+                                        " --max-new-tokens 8 --temperature 0");
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+    std::istringstream in(g.out);
+    std::string completions;
+    for (std::string line; std::getline(in, line);) {
+      json record = json::parse(line);
+      EXPECT_EQ(record["tokens"].size(), 8u) << line;
+      completions += record["prompt"].get<std::string>() + "|" + record["tokens"].dump() + "\n";
+    }
+    outputs.push_back(completions);
+  }
+  EXPECT_EQ(outputs[0], outputs[1]);
+  EXPECT_EQ(std::count(outputs[0].begin(), outputs[0].end(), '\n'), 2) << outputs[0];
 }
 
 TEST_F(LanguageModelEndToEnd, AModelAndDatasetThatDoNotFitAreRefusedInOneLine) {
