@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -34,7 +35,8 @@ using json = nlohmann::json;
 const char* kUsage =
     "usage: [mpirun -np N] hpctrain generate (--checkpoint FILE | --weights FILE --config FILE)\n"
     "           (--prompt TEXT | --prompts FILE) [--max-new-tokens N] [--temperature T] [--top-k K]\n"
-    "           [--top-p P] [--seed S] [--tokenizer bytes|DATASET] [--no-kv-cache] [--out FILE]\n\n"
+    "           [--top-p P] [--seed S] [--tokenizer bytes|DATASET] [--no-kv-cache] [--batch-size B]\n"
+    "           [--out FILE]\n\n"
     "Continues each prompt with a language model (model.name=gpt, or a scripted language model):\n"
     "  --checkpoint FILE    a checkpoint of `hpctrain train`; its config gives the model and data\n"
     "  --weights FILE       weights as model.init_from reads them (safetensors, torch.save, a\n"
@@ -48,6 +50,8 @@ const char* kUsage =
     "  --tokenizer          bytes, or a dataset directory of `prepare text` whose tokenizer to use;\n"
     "                       default: that of the config's data.path\n"
     "  --no-kv-cache        recompute the whole context for every token (gpt caches by default)\n"
+    "  --batch-size B       continue up to B prompts of one token length together (default 1;\n"
+    "                       a batch may round the logits' last bits otherwise than one prompt)\n"
     "  --out FILE           JSONL: prompt, completion, tokens (the new ids), tokens_per_s; default\n"
     "                       standard output\n";
 
@@ -152,23 +156,48 @@ Loaded load_model(const config::ParsedArgs& parsed) {
   return loaded;
 }
 
-// This rank's prompts (every world-th, from its rank), continued; one JSON line each.
+// One prompt's result; its tokens/s over the time of the batch it was made in (so a batch's
+// lines sum to the batch's rate).
+std::string result_line(std::size_t index, const std::string& prompt, const std::vector<std::int32_t>& tokens,
+                        const data::Tokenizer& tokenizer, double seconds) {
+  const json record{{"index", index},
+                    {"prompt", prompt},
+                    {"completion", tokenizer.decode(tokens)},
+                    {"tokens", tokens},
+                    {"tokens_per_s", seconds > 0 ? static_cast<double>(tokens.size()) / seconds : 0.0}};
+  return record.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+// This rank's prompts (every world-th, from its rank), continued in batches of up to `batch`
+// prompts of one token length; one JSON line each.
 std::string continue_prompts(const Loaded& loaded, const std::vector<std::string>& prompts,
-                             const model::SamplingOptions& options, int rank, int world, c10::Device device) {
+                             const model::SamplingOptions& options, std::int64_t batch, int rank, int world,
+                             c10::Device device) {
+  std::vector<std::vector<std::int32_t>> ids(prompts.size());
+  std::map<std::size_t, std::vector<std::size_t>> by_length;  // token count -> prompt indices
+  for (std::size_t i = static_cast<std::size_t>(rank); i < prompts.size(); i += static_cast<std::size_t>(world)) {
+    ids[i] = loaded.tokenizer->encode(prompts[i]);
+    if (ids[i].empty()) throw ConfigError("generate: prompt " + std::to_string(i + 1) + " has no tokens");
+    by_length[ids[i].size()].push_back(i);
+  }
   std::string lines;
-  for (size_t i = static_cast<size_t>(rank); i < prompts.size(); i += static_cast<size_t>(world)) {
-    const std::vector<std::int32_t> ids = loaded.tokenizer->encode(prompts[i]);
-    if (ids.empty()) throw ConfigError("generate: prompt " + std::to_string(i + 1) + " has no tokens");
-    const Timer timer;
-    const std::vector<std::int32_t> out =
-        model::generate(*loaded.model, ids, options, i, loaded.config.model.gpt_block_size, device);
-    const double seconds = timer.elapsed_s();
-    const json record{{"index", i},
-                      {"prompt", prompts[i]},
-                      {"completion", loaded.tokenizer->decode(out)},
-                      {"tokens", out},
-                      {"tokens_per_s", seconds > 0 ? static_cast<double>(out.size()) / seconds : 0.0}};
-    lines += record.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  for (const auto& [length, indices] : by_length) {
+    for (std::size_t first = 0; first < indices.size(); first += static_cast<std::size_t>(batch)) {
+      const std::size_t last = std::min(indices.size(), first + static_cast<std::size_t>(batch));
+      std::vector<std::vector<std::int32_t>> group;
+      std::vector<std::uint64_t> streams;
+      for (std::size_t k = first; k < last; ++k) {
+        group.push_back(ids[indices[k]]);
+        streams.push_back(indices[k]);
+      }
+      const Timer timer;
+      const auto out =
+          model::generate(*loaded.model, group, options, streams, loaded.config.model.gpt_block_size, device);
+      const double seconds = timer.elapsed_s();
+      for (std::size_t k = first; k < last; ++k) {
+        lines += result_line(indices[k], prompts[indices[k]], out[k - first], *loaded.tokenizer, seconds);
+      }
+    }
   }
   return lines;
 }
@@ -211,7 +240,8 @@ int run_generate(const Args& args) {
   const std::vector<config::Flag> flags{
       {"checkpoint", true, ""}, {"weights", true, ""},        {"prompt", true, ""},      {"prompts", true, ""},
       {"max-new-tokens", true, ""}, {"temperature", true, ""}, {"top-k", true, ""},       {"top-p", true, ""},
-      {"seed", true, ""},       {"tokenizer", true, ""},      {"no-kv-cache", false, ""}, {"out", true, ""}};
+      {"seed", true, ""},       {"tokenizer", true, ""},      {"no-kv-cache", false, ""}, {"out", true, ""},
+      {"batch-size", true, ""}};
   if (wants_help(args)) {
     std::cout << kUsage;
     return 0;
@@ -219,6 +249,8 @@ int run_generate(const Args& args) {
   const config::ParsedArgs parsed = config::parse_args(args, flags, /*with_options=*/true, false);
   const model::SamplingOptions options = sampling_options(parsed);
   const std::vector<std::string> prompts = read_prompts(parsed);
+  const std::int64_t batch = int_flag(parsed, "generate", "batch-size", "1");
+  if (batch < 1) throw ConfigError("generate: --batch-size must be at least 1");
   sys::tune_allocator();
   init_early_logging(parsed.config.log);
   Loaded loaded = load_model(parsed);
@@ -230,7 +262,7 @@ int run_generate(const Args& args) {
   loaded.model->module().eval();
   const int rank = ranks.bootstrap->world_rank();
   const std::string lines =
-      continue_prompts(loaded, prompts, options, rank, ranks.bootstrap->world_size(), ranks.device);
+      continue_prompts(loaded, prompts, options, batch, rank, ranks.bootstrap->world_size(), ranks.device);
   const std::vector<std::string> gathered = ranks.bootstrap->allgather_string(lines);
   if (rank == 0) write_output(parsed, in_prompt_order(gathered));
   log::shutdown();

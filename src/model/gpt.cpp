@@ -41,12 +41,10 @@ class CausalSelfAttentionImpl : public nn::Module {
     const std::int64_t b = x.size(0);
     const std::int64_t t = x.size(1);
     const std::int64_t c = x.size(2);
-    const std::vector<at::Tensor> qkv = c_attn_(x).split(c, /*dim=*/2);
-    // [B, T, C] -> [B, heads, T, C / heads]
-    const auto heads = [&](const at::Tensor& y) { return y.view({b, t, heads_, c / heads_}).transpose(1, 2); };
-    const at::Tensor q = heads(qkv[0]);
-    const at::Tensor k = heads(qkv[1]);
-    const at::Tensor v = heads(qkv[2]);
+    const std::vector<at::Tensor> qkv = queries_keys_values(x);
+    const at::Tensor& q = qkv[0];
+    const at::Tensor& k = qkv[1];
+    const at::Tensor& v = qkv[2];
 #if HT_FUSED_ATTENTION
     const double dropout = is_training() ? attn_dropout_->options.p() : 0.0;
     const at::Tensor y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, /*is_causal=*/true)
@@ -68,11 +66,10 @@ class CausalSelfAttentionImpl : public nn::Module {
     const std::int64_t b = x.size(0);
     const std::int64_t t = x.size(1);
     const std::int64_t c = x.size(2);
-    const std::vector<at::Tensor> qkv = c_attn_(x).split(c, /*dim=*/2);
-    const auto heads = [&](const at::Tensor& y) { return y.view({b, t, heads_, c / heads_}).transpose(1, 2); };
-    const at::Tensor q = heads(qkv[0]);
-    keys = keys.defined() ? torch::cat({keys, heads(qkv[1])}, 2) : heads(qkv[1]);
-    values = values.defined() ? torch::cat({values, heads(qkv[2])}, 2) : heads(qkv[2]);
+    const std::vector<at::Tensor> qkv = queries_keys_values(x);
+    const at::Tensor& q = qkv[0];
+    keys = keys.defined() ? torch::cat({keys, qkv[1]}, 2) : qkv[1];
+    values = values.defined() ? torch::cat({values, qkv[2]}, 2) : qkv[2];
     const std::int64_t past = keys.size(2) - t;
     const double scale = 1.0 / std::sqrt(static_cast<double>(c / heads_));
     at::Tensor att = torch::matmul(q, keys.transpose(-2, -1)).mul(scale);
@@ -85,6 +82,16 @@ class CausalSelfAttentionImpl : public nn::Module {
   nn::Linear& c_proj() { return c_proj_; }
 
  private:
+  // The queries, keys and values of `x` [B, T, C], each [B, heads, T, C / heads].
+  std::vector<at::Tensor> queries_keys_values(const at::Tensor& x) {
+    const std::int64_t b = x.size(0);
+    const std::int64_t t = x.size(1);
+    const std::int64_t c = x.size(2);
+    std::vector<at::Tensor> qkv = c_attn_(x).split(c, /*dim=*/2);
+    for (at::Tensor& y : qkv) y = y.view({b, t, heads_, c / heads_}).transpose(1, 2);
+    return qkv;
+  }
+
   std::int64_t heads_;
   nn::Linear c_attn_;
   nn::Linear c_proj_;

@@ -4,7 +4,6 @@
 
 #include <map>
 #include <regex>
-#include <sstream>
 
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"

@@ -170,7 +170,7 @@ std::vector<json> generated(const ProcessResult& r) {
   return records;
 }
 
-TEST_F(PretrainedEndToEnd, GreedyGenerationIsThePythonModulesWithAndWithoutTheCache) {
+TEST_F(PretrainedEndToEnd, GreedyGenerationIsThePythonModulesWithAndWithoutTheCacheAndInABatch) {
   const std::string config = work_ + "/generate.ini";
   std::ofstream(config) << "[model]\nname = gpt\ngpt_layers = 0\ngpt_embd = 0\ngpt_block_size = 0\ngpt_heads = 2\n"
                            "gpt_activation = gelu_tanh\ndropout = 0\n";
@@ -189,6 +189,16 @@ TEST_F(PretrainedEndToEnd, GreedyGenerationIsThePythonModulesWithAndWithoutTheCa
     EXPECT_EQ(records[0]["prompt"], "hello");
     EXPECT_EQ(records[0]["tokens"], expected) << cache;
   }
+  // Three copies as one batch: each row continues as the prompt alone does.
+  const std::string prompts = work_ + "/hello3.txt";
+  std::ofstream(prompts) << "hello\nhello\nhello\n";
+  const ProcessResult batched = run_command(kBin + " generate --weights " + work_ + "/gpt2/gpt2.safetensors --config " +
+                                            config + " --tokenizer bytes --prompts " + prompts +
+                                            " --batch-size 3 --max-new-tokens 40 --temperature 0");
+  ASSERT_EQ(batched.exit_code, 0) << batched.err;
+  const std::vector<json> rows = generated(batched);
+  ASSERT_EQ(rows.size(), 3u) << batched.out;
+  for (const json& row : rows) EXPECT_EQ(row["tokens"], expected);
 }
 
 TEST_F(PretrainedEndToEnd, SamplingIsReproducibleAtAnyRankCountFromACheckpoint) {

@@ -15,10 +15,11 @@ written and read here (safetensors by hand: 8-byte header length, JSON header, r
       loads FILE (safetensors or torch.save) strictly into the module, in Hugging Face's layout or
       hpctrain's (Linear weights [out, in], no lm_head), and prints the largest relative difference of
       its logits from the expected ones as JSON
-  gpt2_reference.py greedy WEIGHTS --prompt TEXT --new N --heads H [--time]
+  gpt2_reference.py greedy WEIGHTS --prompt TEXT --new N --heads H [--time] [--batch B]
       the module's greedy continuation of TEXT's bytes (one token per byte), N tokens, the context
       cut to its last P tokens as it grows (nanoGPT's way), printed as JSON ids; with --time, as
-      {"tokens": [...], "seconds": S} (the loop alone; jobs/bench/generate.sh)
+      {"tokens": [...], "seconds": S} (the loop alone; jobs/bench/generate.sh); --batch B: B copies
+      of the prompt continued as one batch (the first one's tokens printed)
 """
 import argparse
 import json
@@ -216,15 +217,15 @@ def check(args):
 def greedy(args):
     model = load(args.weights, "hf", args.heads)
     positions = model.transformer.wpe.weight.shape[0]
-    tokens = torch.tensor([list(args.prompt.encode())])
+    tokens = torch.tensor([list(args.prompt.encode())] * args.batch)
     out = []
     start = time.perf_counter()
     with torch.no_grad():
         for _ in range(args.new):
             logits = model(tokens[:, -positions:])
-            nxt = int(logits[0, -1].argmax())
-            out.append(nxt)
-            tokens = torch.cat([tokens, torch.tensor([[nxt]])], dim=1)
+            nxt = logits[:, -1].argmax(-1, keepdim=True)
+            out.append(int(nxt[0]))
+            tokens = torch.cat([tokens, nxt], dim=1)
     seconds = time.perf_counter() - start
     print(json.dumps({"tokens": out, "seconds": seconds} if args.time else out))
 
@@ -249,6 +250,7 @@ def main():
     g.add_argument("--new", type=int, required=True)
     g.add_argument("--heads", type=int, required=True)
     g.add_argument("--time", action="store_true")
+    g.add_argument("--batch", type=int, default=1)
     args = parser.parse_args()
     {"make": make, "check": check, "greedy": greedy}[args.command](args)
 

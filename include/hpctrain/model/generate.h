@@ -21,9 +21,17 @@ struct SamplingOptions {
   bool kv_cache = true;      // gpt's; other models recompute the context each token
 };
 
-// The tokens that continue `prompt` (non-empty). Draws come from a generator seeded by
-// (options.seed, stream), so a prompt's continuation does not depend on the rank that makes it.
-// `context`: the model's block size. The model must be in eval mode on `device`.
+// The tokens that continue each of `prompts` (non-empty, all of one length), computed as one
+// batch. Prompt i's draws come from a generator seeded by (options.seed, streams[i]), so its
+// continuation does not depend on the rank, or the batch, that makes it (up to the last bits of
+// the logits, which a batch of another size may round differently). `context`: the model's block
+// size. The model must be in eval mode on `device`.
+std::vector<std::vector<std::int32_t>> generate(Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
+                                                const SamplingOptions& options,
+                                                const std::vector<std::uint64_t>& streams, std::int64_t context,
+                                                c10::Device device);
+
+// One prompt: a batch of one.
 std::vector<std::int32_t> generate(Model& model, const std::vector<std::int32_t>& prompt,
                                    const SamplingOptions& options, std::uint64_t stream, std::int64_t context,
                                    c10::Device device);
