@@ -150,6 +150,10 @@ Loaded load_model(const config::ParsedArgs& parsed) {
     weights::fill_gpt_shape(loaded.config.model, mapped.tensors, file_vocabulary);
   }
   loaded.tokenizer = tokenizer_for(parsed, loaded.config, vocabulary);
+  if (file_vocabulary != 0 && file_vocabulary != vocabulary) {
+    throw ConfigError("generate: " + file.path() + " has a vocabulary of " + std::to_string(file_vocabulary) +
+                      " tokens, the tokenizer " + std::to_string(vocabulary) + "; name the weights' own with --tokenizer");
+  }
   const config::ModelConfig& m = loaded.config.model;
   loaded.model = model::make_model(m, {{m.gpt_block_size}, vocabulary, true});
   weights::load_weights(*loaded.model, mapped, /*strict=*/true, file.path());

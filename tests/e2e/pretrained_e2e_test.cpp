@@ -199,6 +199,12 @@ TEST_F(PretrainedEndToEnd, GreedyGenerationIsThePythonModulesWithAndWithoutTheCa
   const std::vector<json> rows = generated(batched);
   ASSERT_EQ(rows.size(), 3u) << batched.out;
   for (const json& row : rows) EXPECT_EQ(row["tokens"], expected);
+
+  // Weights of another vocabulary than the tokenizer's: one line.
+  const ProcessResult other = run_command(kBin + " generate --weights " + work_ + "/vocab300/gpt2.safetensors --config " +
+                                          config + " --tokenizer bytes --prompt hello");
+  EXPECT_EQ(other.exit_code, 2) << other.err;
+  EXPECT_NE(other.err.find("has a vocabulary of 300 tokens, the tokenizer 256"), std::string::npos) << other.err;
 }
 
 TEST_F(PretrainedEndToEnd, SamplingIsReproducibleAtAnyRankCountFromACheckpoint) {
