@@ -20,7 +20,8 @@
 #   on the GPU with NCCL to >= 0.85 test accuracy, 100 steps on the GPU over the MPI backend with
 #   dist.sync_bn and two loader threads, resnet20 in fp32 and in bf16 (with background
 #   checkpoints), the byte-level gpt of configs/text_gpt.ini in fp32, bf16 and fp16 (with loss
-#   scaling, resumed once), a TorchScript module exported by this machine's PyTorch
+#   scaling, resumed once), `hpctrain generate` from the fp32 gpt on the GPU with and without the
+#   KV cache (the same greedy tokens), a TorchScript module exported by this machine's PyTorch
 #   (tests/support/export_torchscript.py), the same fashion_cnn steps on the CPU for scale, and
 #   the same training in PyTorch eager on the same GPU.
 set -uo pipefail
@@ -240,6 +241,24 @@ if [ "$status" = PASS ] && ! python3 -c "import sys; sys.exit(0 if int('$skipped
   status=FAIL
 fi
 record "resume gpt gpu fp16" "$status" "$seconds" "skipped steps $skipped_before at step 300, $skipped_after at 350"
+
+# Generation on the GPU from the fp32 gpt's checkpoint (its config says dist.device=cuda): greedy
+# with the KV cache and without must give the same tokens.
+latest_gpt="$out/run-gpt-fp32/checkpoints/$(cat "$out/run-gpt-fp32/checkpoints/latest" 2>/dev/null)"
+jsonl_field() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())[sys.argv[2]])' "$1" "$2" 2>/dev/null; }
+for cache in kv_cache no_cache; do
+  flags=()
+  [ "$cache" = no_cache ] && flags=(--no-kv-cache)
+  run_step "generate_gpu_$cache" 60 "$bin" generate --checkpoint "$latest_gpt" --prompt "The " --max-new-tokens 64 \
+    --temperature 0 "${flags[@]}" --out "$out/generate_$cache.jsonl"
+  record "generate gpt gpu ($cache)" "$status" "$seconds" "$(jsonl_field "$out/generate_$cache.jsonl" tokens_per_s) tokens/s"
+done
+if [ "$(jsonl_field "$out/generate_kv_cache.jsonl" tokens)" = "$(jsonl_field "$out/generate_no_cache.jsonl" tokens)" ] &&
+   [ -n "$(jsonl_field "$out/generate_kv_cache.jsonl" tokens)" ]; then
+  record "generate gpu: cache = no cache" PASS 0 "64 greedy tokens alike"
+else
+  record "generate gpu: cache = no cache" FAIL 0 "the greedy tokens differ, or a run failed"
+fi
 
 # GPT-2 small (124 M parameters, 8 windows of 1,024 tokens) in hpctrain and in PyTorch eager
 # (jobs/bench/torch_step.py): the same forward+backward, timed the same way, so the ratio is what
