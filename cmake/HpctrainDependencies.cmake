@@ -19,7 +19,6 @@ find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.9 REQUIRED)
 find_package(ZLIB REQUIRED)
-find_package(ICU REQUIRED COMPONENTS uc)  # Unicode classes for GPT-2's tokenizer
 
 # Torch's exported target carries -D_GLIBCXX_USE_CXX11_ABI and its include dirs; wrap it so the
 # include dirs are SYSTEM (libtorch headers are not -Wall -Wextra clean).

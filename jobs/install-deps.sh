@@ -17,7 +17,6 @@ packages=(
   libspdlog-dev libfmt-dev           # logging
   nlohmann-json3-dev                 # manifests and metrics
   zlib1g-dev                         # gzipped IDX files
-  libicu-dev                         # Unicode classes for GPT-2's tokenizer
   dataset-fashion-mnist              # the quick start's data
   slurmctld slurmd slurm-client munge libpmix-dev  # a real Slurm for the tests (srun --mpi=pmix)
   iproute2                           # network namespaces as "nodes" for the multi-node test

@@ -1,7 +1,6 @@
 #include "hpctrain/data/gpt2_tokenizer.h"
 
-#include <unicode/uchar.h>
-
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <fstream>
@@ -90,15 +89,28 @@ void append_utf8(char32_t c, std::string& out) {
   }
 }
 
+struct CodePointRange {
+  char32_t first;
+  char32_t last;
+};
+#include "unicode_classes.inc"
+
+template <size_t N>
+bool in(const CodePointRange (&ranges)[N], char32_t c) {
+  // The first range that starts after c; the one before it is the only one that may hold c.
+  const auto* after = std::upper_bound(ranges, ranges + N, c,
+                                       [](char32_t value, const CodePointRange& r) { return value < r.first; });
+  return after != ranges && c <= (after - 1)->last;
+}
+
 enum class Kind { kLetter, kNumber, kSpace, kOther };
 
 // JavaScript's classes, as the reference's /u pattern uses them: \p{L}, \p{N}, and \s (TAB, LF,
 // VT, FF, CR, U+FEFF, the line and paragraph separators, and every space separator Zs).
 Kind kind_of(char32_t c) {
-  const auto mask = U_GET_GC_MASK(static_cast<UChar32>(c));
-  if ((mask & U_GC_L_MASK) != 0) return Kind::kLetter;
-  if ((mask & U_GC_N_MASK) != 0) return Kind::kNumber;
-  if ((c >= 0x09 && c <= 0x0D) || c == 0xFEFF || c == 0x2028 || c == 0x2029 || (mask & U_GC_ZS_MASK) != 0) {
+  if (in(kLetters, c)) return Kind::kLetter;
+  if (in(kNumbers, c)) return Kind::kNumber;
+  if ((c >= 0x09 && c <= 0x0D) || c == 0xFEFF || c == 0x2028 || c == 0x2029 || in(kSpaceSeparators, c)) {
     return Kind::kSpace;
   }
   return Kind::kOther;
