@@ -1,8 +1,12 @@
 // `hpctrain ckpt inspect|verify|export`: look inside a checkpoint, check every checksum, and hand
 // the trained model to other tools as a PyTorch state_dict or a safetensors file. Single process;
 // no MPI.
+#include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "hpctrain/ckpt/checkpoint.h"
 #include "hpctrain/cli/commands.h"
@@ -10,7 +14,11 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/system.h"
 #include "hpctrain/core/timer.h"
+#include "hpctrain/data/manifest.h"
 #include "hpctrain/io/h5_file.h"
+#include "hpctrain/model/lora.h"
+#include "hpctrain/train/checkpointer.h"
+#include "hpctrain/weights/init_from.h"
 #include "hpctrain/weights/gpt2_names.h"
 #include "hpctrain/weights/weight_writer.h"
 #include "runtime.h"
@@ -21,7 +29,8 @@ namespace {
 const char* kUsage =
     "usage: hpctrain ckpt inspect FILE\n"
     "       hpctrain ckpt verify FILE\n"
-    "       hpctrain ckpt export FILE --out OUT [--format pytorch|safetensors] [--names hpctrain|hf-gpt2]\n\n"
+    "       hpctrain ckpt export FILE --out OUT [--format pytorch|safetensors] [--names hpctrain|hf-gpt2]\n"
+    "                            [--merge]\n\n"
     "inspect: the metadata (step, epoch, sampler cursor, world size, versions, config) and every\n"
     "         tensor with its dtype, shape and size, group by group.\n"
     "verify:  reads every tensor, so every fletcher32 checksum is checked; exit 4 names the\n"
@@ -29,7 +38,11 @@ const char* kUsage =
     "export:  the model's parameters and buffers as a PyTorch state_dict (the default; torch.load\n"
     "         reads it: model.load_state_dict(torch.load(\"OUT\"))) or a .safetensors file; with\n"
     "         --names hf-gpt2 a gpt model gets Hugging Face GPT-2's names and Conv1D layout, which\n"
-    "         GPT2LMHeadModel loads. model.init_from reads either back. docs/checkpoint-format.md.\n";
+    "         GPT2LMHeadModel loads. model.init_from reads either back. docs/checkpoint-format.md.\n"
+    "         Of a LoRA run (model.lora_rank > 0): the adapters alone, with --names hf-gpt2 in PEFT's\n"
+    "         adapter_model.safetensors names and an adapter_config.json beside OUT; with --merge,\n"
+    "         the whole model with the adapters folded into the base (W + alpha/r B A).\n"
+    "         docs/fine-tuning.md.\n";
 
 int inspect(const ckpt::CheckpointReader& reader) {
   const ckpt::CheckpointMeta& m = reader.meta();
@@ -75,6 +88,51 @@ weights::WeightFormat export_format(const config::ParsedArgs& parsed) {
   throw ConfigError("ckpt export: --format '" + format + "' is not pytorch or safetensors");
 }
 
+// The whole model of a LoRA checkpoint with its adapters folded into the base weights.
+ckpt::NamedTensors merged_weights(const ckpt::CheckpointReader& reader, const config::Config& config) {
+  if (model::lora_targets(config.model).count("head") != 0) {
+    throw ConfigError("ckpt export --merge: the adapter on the head (model.lora_targets=head) cannot be merged: the "
+                      "head is the token embedding's weight, which merging would change for the inputs too; export "
+                      "the adapters without --merge");
+  }
+  std::int64_t vocabulary = 0;
+  if (!config.model.init_from.empty()) {
+    const weights::WeightFile file = weights::WeightFile::open(config.model.init_from);
+    config::ModelConfig shape = config.model;
+    weights::fill_gpt_shape(shape, weights::map_weights(shape, file).tensors, vocabulary);
+  }
+  if (vocabulary == 0) vocabulary = data::Manifest::load(config.data.path).num_classes;
+  const std::shared_ptr<model::Model> model = checkpoint_language_model(reader, config, vocabulary);
+  ckpt::NamedTensors weights = train::all_weights(*model);
+  for (auto& [name, tensor] : weights) {
+    if (tensor.is_floating_point()) tensor = tensor.to(at::kFloat);  // a bf16 base's merged in full
+  }
+  return model::merge_adapters(weights, model::lora_options(config.model).scale());
+}
+
+// PEFT's adapter_config.json for the adapters of `config`, written beside `out`.
+std::string write_adapter_config(const std::string& out, const config::ModelConfig& config) {
+  static const std::map<std::string, std::string> kModules{
+      {"attn", "attn.c_attn"}, {"proj", "attn.c_proj"}, {"fc", "mlp.c_fc"}, {"mlp_proj", "mlp.c_proj"}, {"head", "lm_head"}};
+  std::vector<std::string> modules;
+  for (const std::string& target : model::lora_targets(config)) modules.push_back(kModules.at(target));
+  const nlohmann::json adapter{{"peft_type", "LORA"},
+                               {"task_type", "CAUSAL_LM"},
+                               {"r", config.lora_rank},
+                               {"lora_alpha", config.lora_alpha},
+                               {"lora_dropout", config.lora_dropout},
+                               {"target_modules", modules},
+                               {"fan_in_fan_out", true},
+                               {"bias", config.lora_train.find("bias") != std::string::npos ? "all" : "none"},
+                               {"base_model_name_or_path", config.init_from},
+                               {"inference_mode", true}};
+  const std::string path = (std::filesystem::path(out).parent_path() / "adapter_config.json").string();
+  std::ofstream file(path);
+  file << adapter.dump(2) << "\n";
+  if (!file) throw ConfigError("ckpt export: cannot write " + path);
+  return path;
+}
+
 int export_weights(const ckpt::CheckpointReader& reader, const config::ParsedArgs& parsed) {
   const weights::WeightFormat format = export_format(parsed);
   if (!parsed.has("out")) throw ConfigError("ckpt export: --out FILE is required");
@@ -86,15 +144,31 @@ int export_weights(const ckpt::CheckpointReader& reader, const config::ParsedArg
   if (names == "hf-gpt2" && model != "gpt") {
     throw ConfigError("ckpt export: --names hf-gpt2 renames a gpt model's weights; this checkpoint holds model " + model);
   }
-  ckpt::NamedTensors tensors = reader.read_group("model");
+  const config::Config config = checkpoint_config(reader);
+  const bool adapters = config.model.lora_rank > 0;
+  const bool merge = parsed.has("merge");
+  if (merge && !adapters) {
+    throw ConfigError("ckpt export --merge folds LoRA adapters into their base; " + reader.path() +
+                      " holds none (model.lora_rank=0): drop --merge");
+  }
+  ckpt::NamedTensors tensors = merge ? merged_weights(reader, config) : reader.read_group("model");
   if (tensors.empty()) throw CheckpointError(reader.path() + ": has no /model tensors to export");
-  if (names == "hf-gpt2") tensors = weights::to_hf_gpt2(tensors);
   const std::string out = parsed.flags.at("out");
+  std::string what = "model " + model;
+  if (adapters && !merge) {
+    what = "LoRA adapters of model " + model;
+    if (names == "hf-gpt2") {
+      for (auto& [name, tensor] : tensors) name = "base_model.model." + name;  // PEFT's prefix
+      std::cout << "wrote " << write_adapter_config(out, config.model) << "\n";
+    }
+  } else if (names == "hf-gpt2") {
+    tensors = weights::to_hf_gpt2(tensors);
+  }
   weights::write_weights(out, tensors, format,
                          {{"hpctrain_model", model}, {"hpctrain_step", std::to_string(reader.meta().step)},
                           {"hpctrain_names", names}});
-  std::cout << "exported " << tensors.size() << " tensor(s) of model " << model << " (" << names << " names) to "
-            << out << " (" << weights::name_of(format) << ")\n";
+  std::cout << "exported " << tensors.size() << " tensor(s) of " << what << (merge ? ", merged," : "") << " ("
+            << names << " names) to " << out << " (" << weights::name_of(format) << ")\n";
   return 0;
 }
 
@@ -102,7 +176,7 @@ int export_weights(const ckpt::CheckpointReader& reader, const config::ParsedArg
 
 int run_ckpt(const Args& args) {
   const std::vector<config::Flag> flags{
-      {"format", true, ""}, {"names", true, ""}, {"to", true, ""}, {"out", true, ""}};
+      {"format", true, ""}, {"names", true, ""}, {"to", true, ""}, {"out", true, ""}, {"merge", false, ""}};
   if (wants_help(args)) {
     std::cout << kUsage;
     return 0;

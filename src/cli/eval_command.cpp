@@ -11,6 +11,7 @@
 #include "hpctrain/core/system.h"
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/evaluator.h"
+#include "hpctrain/train/lora_base.h"
 #include "hpctrain/train/trainer.h"
 #include "runtime.h"
 
@@ -38,7 +39,9 @@ int run_eval(const Args& args) {
   sys::tune_allocator();
   init_early_logging(parsed.config.log);
   train::TrainingSetup setup = train::prepare_training(parsed.config, /*need_train_split=*/false);
-  const ckpt::CheckpointMeta meta = ckpt::read_checkpoint(path, train::model_state(*setup.model));
+  const ckpt::CheckpointReader reader(path);
+  train::read_checkpoint_weights(reader, *setup.model, setup.config.model);
+  const ckpt::CheckpointMeta& meta = reader.meta();
 
   const Ranks ranks = start_ranks(config_start(parsed.config, setup.use_cuda));
   log_banner(*ranks.bootstrap, setup.threads);

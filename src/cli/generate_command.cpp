@@ -91,21 +91,6 @@ std::vector<std::string> read_prompts(const config::ParsedArgs& parsed) {
   return prompts;
 }
 
-// The training config a checkpoint carries.
-config::Config checkpoint_config(const ckpt::CheckpointReader& reader) {
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("hpctrain-generate-" + std::to_string(::getpid()) + ".ini")).string();
-  std::ofstream(path) << reader.meta().config_text;
-  try {
-    config::Config config = config::resolve(path, {}, /*require_complete=*/false);
-    std::filesystem::remove(path);
-    return config;
-  } catch (...) {
-    std::filesystem::remove(path);
-    throw;
-  }
-}
-
 // The tokenizer named by --tokenizer, else data.path's; and the vocabulary the model has.
 std::unique_ptr<data::Tokenizer> tokenizer_for(const config::ParsedArgs& parsed, const config::Config& config,
                                                std::int64_t& vocabulary) {
@@ -136,9 +121,7 @@ Loaded load_model(const config::ParsedArgs& parsed) {
     const ckpt::CheckpointReader reader(parsed.flags.at("checkpoint"));
     loaded.config = checkpoint_config(reader);
     loaded.tokenizer = tokenizer_for(parsed, loaded.config, vocabulary);
-    const config::ModelConfig& m = loaded.config.model;
-    loaded.model = model::make_model(m, {{m.gpt_block_size}, vocabulary, true});
-    reader.read_into("model", train::model_state(*loaded.model));
+    loaded.model = checkpoint_language_model(reader, loaded.config, vocabulary);
     return loaded;
   }
   if (parsed.config_file.empty()) throw ConfigError("generate: --weights needs --config FILE for the model");

@@ -1,16 +1,21 @@
 #include "runtime.h"
 
+#include <torch/torch.h>
 #include <torch/version.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/config/option_table.h"
+#include "hpctrain/config/parser.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/activity.h"
 #include "hpctrain/core/log.h"
@@ -18,6 +23,7 @@
 #include "hpctrain/core/version.h"
 #include "hpctrain/io/h5_file.h"
 #include "hpctrain/train/device.h"
+#include "hpctrain/train/lora_base.h"
 #include "hpctrain/train/preflight.h"
 
 namespace hpctrain::cli {
@@ -205,6 +211,30 @@ std::int64_t int_flag(const config::ParsedArgs& parsed, const std::string& comma
     throw ConfigError(command + ": --" + name + " must be an integer >= 0, got '" + text + "'");
   }
   return value;
+}
+
+// The training config a checkpoint carries.
+config::Config checkpoint_config(const ckpt::CheckpointReader& reader) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("hpctrain-checkpoint-" + std::to_string(::getpid()) + ".ini")).string();
+  std::ofstream(path) << reader.meta().config_text;
+  try {
+    config::Config config = config::resolve(path, {}, /*require_complete=*/false);
+    std::filesystem::remove(path);
+    return config;
+  } catch (...) {
+    std::filesystem::remove(path);
+    throw;
+  }
+}
+
+std::shared_ptr<model::Model> checkpoint_language_model(const ckpt::CheckpointReader& reader,
+                                                       const config::Config& config, std::int64_t vocabulary) {
+  torch::manual_seed(static_cast<std::uint64_t>(config.train.seed));  // a LoRA base without init_from is the seed's
+  const config::ModelConfig& m = config.model;
+  std::shared_ptr<model::Model> model = model::make_model(m, {{m.gpt_block_size}, vocabulary, true});
+  train::read_checkpoint_weights(reader, *model, m);
+  return model;
 }
 
 }  // namespace hpctrain::cli

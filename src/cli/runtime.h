@@ -11,10 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/ckpt/checkpoint.h"
 #include "hpctrain/comm/bootstrap.h"
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/config/config.h"
 #include "hpctrain/config/parser.h"
+#include "hpctrain/model/model.h"
 
 namespace hpctrain::cli {
 
@@ -76,5 +78,13 @@ bool wants_help(const std::vector<std::string>& args);
 // naming `command` and the flag.
 std::int64_t int_flag(const config::ParsedArgs& parsed, const std::string& command,
                       const std::string& name, const std::string& fallback);
+
+// The training config a checkpoint carries.
+config::Config checkpoint_config(const ckpt::CheckpointReader& reader);
+
+// The language model a checkpoint holds (generate, ckpt export --merge), built from its config
+// `config` for `vocabulary` tokens; a LoRA model's base rebuilt and checked first.
+std::shared_ptr<model::Model> checkpoint_language_model(const ckpt::CheckpointReader& reader,
+                                                       const config::Config& config, std::int64_t vocabulary);
 
 }  // namespace hpctrain::cli

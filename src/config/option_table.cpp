@@ -270,6 +270,26 @@ std::vector<Option> build_table() {
       row("model.init_strict", &C::model, &ModelConfig::init_strict, "true",
           "Refuse model.init_from unless every parameter and buffer is in it with its shape and "
           "nothing else is; false loads what matches and logs the rest."),
+      row("model.lora_rank", &C::model, &ModelConfig::lora_rank, "0",
+          "Rank r of LoRA adapters beside the layers model.lora_targets names (gpt); the base "
+          "weights are frozen and only the adapters train, communicate and are checkpointed. 0: "
+          "no adapters. docs/fine-tuning.md.",
+          at_least<I>(0)),
+      row("model.lora_alpha", &C::model, &ModelConfig::lora_alpha, "8",
+          "The adapters' update is scaled by model.lora_alpha / model.lora_rank.", positive()),
+      row("model.lora_dropout", &C::model, &ModelConfig::lora_dropout, "0",
+          "Dropout probability on the adapters' input (the base layer sees its input whole).",
+          in_unit_interval()),
+      row("model.lora_targets", &C::model, &ModelConfig::lora_targets, "attn",
+          "The gpt layers that get adapters, comma-separated: attn (attention's c_attn), proj "
+          "(attention's c_proj), fc (mlp.c_fc), mlp_proj (mlp.c_proj), head (the output layer)."),
+      row("model.lora_train", &C::model, &ModelConfig::lora_train, "",
+          "Base parameters that train beside the adapters, comma-separated: bias (every bias), "
+          "norm (the LayerNorms' scales); empty: the adapters alone."),
+      row("model.lora_base_dtype", &C::model, &ModelConfig::lora_base_dtype, "float32",
+          "The frozen base's weight matrices (and embeddings) in float32, or bf16 (half the "
+          "memory; their products computed in bfloat16, as QLoRA-style training does). The "
+          "adapters, norms and biases stay float32."),
       row("model.gpt_layers", &C::model, &ModelConfig::gpt_layers, "4",
           "Transformer blocks of the gpt model (n_layer); 0: as many as model.init_from has.",
           at_least<I>(0)),

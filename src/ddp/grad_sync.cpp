@@ -451,15 +451,16 @@ void broadcast_tensors(comm::Communicator& comm, const std::vector<at::Tensor>& 
 std::vector<int> ranks_differing_from_root(comm::Communicator& comm,
                                            const std::vector<at::Tensor>& tensors, c10::Device device) {
   c10::NoGradGuard no_grad;
-  // Wrapping int64 sums of the 32-bit words: any changed bit changes the plain sum, and the
-  // position weights catch values that moved.
+  // Wrapping int64 sums of the elements' words (32-bit, or 16-bit for a bf16 LoRA base): any
+  // changed bit changes the plain sum, and the position weights catch values that moved.
   const auto options = at::TensorOptions().dtype(at::kLong).device(device);
   at::Tensor plain = at::zeros({}, options);
   at::Tensor weighted = at::zeros({}, options);
   std::int64_t position = 0;
   for (const auto& t : tensors) {
-    HT_CHECK(t.element_size() == 4, "replica check: tensors must have 4-byte elements");
-    const at::Tensor words = t.detach().contiguous().view(at::kInt).reshape({-1}).to(at::kLong);
+    HT_CHECK(t.element_size() == 4 || t.element_size() == 2, "replica check: tensors must have 2- or 4-byte elements");
+    const at::ScalarType word = t.element_size() == 2 ? at::kShort : at::kInt;
+    const at::Tensor words = t.detach().contiguous().view(word).reshape({-1}).to(at::kLong);
     plain.add_(words.sum());
     weighted.add_((words * at::arange(position + 1, position + 1 + words.numel(), options)).sum());
     position += words.numel();

@@ -15,6 +15,7 @@
 #include "builtin_models.h"
 #include "hpctrain/model/language_model.h"
 #include "hpctrain/core/error.h"
+#include "lora_adapter.h"
 
 namespace hpctrain::model {
 namespace {
@@ -57,7 +58,7 @@ class CausalSelfAttentionImpl : public nn::Module {
     att = attn_dropout_(torch::softmax(att, -1));
     const at::Tensor y = torch::matmul(att, v).transpose(1, 2).contiguous().view({b, t, c});
 #endif
-    return resid_dropout_(c_proj_(y));
+    return resid_dropout_(adapted(c_proj_, c_proj_lora_, y));
   }
 
   // The new tokens' attention over the cached ones and themselves; their keys and values are
@@ -76,10 +77,16 @@ class CausalSelfAttentionImpl : public nn::Module {
     const at::Tensor mask = torch::full({t, past + t}, -std::numeric_limits<float>::infinity(), att.options())
                                 .triu(/*diagonal=*/past + 1);
     att = torch::softmax(att.add(mask), -1);
-    return c_proj_(torch::matmul(att, values).transpose(1, 2).contiguous().view({b, t, c}));
+    return adapted(c_proj_, c_proj_lora_, torch::matmul(att, values).transpose(1, 2).contiguous().view({b, t, c}));
   }
 
   nn::Linear& c_proj() { return c_proj_; }
+
+  void add_adapters(const LoraOptions& options, const std::set<std::string>& targets, const std::string& where) {
+    const std::int64_t c = c_proj_->weight.size(0);
+    if (targets.count("attn") != 0) c_attn_lora_ = std::make_unique<LoraAdapter>(*c_attn_, where + ".c_attn", c, 3 * c, options);
+    if (targets.count("proj") != 0) c_proj_lora_ = std::make_unique<LoraAdapter>(*c_proj_, where + ".c_proj", c, c, options);
+  }
 
  private:
   // The queries, keys and values of `x` [B, T, C], each [B, heads, T, C / heads].
@@ -87,7 +94,7 @@ class CausalSelfAttentionImpl : public nn::Module {
     const std::int64_t b = x.size(0);
     const std::int64_t t = x.size(1);
     const std::int64_t c = x.size(2);
-    std::vector<at::Tensor> qkv = c_attn_(x).split(c, /*dim=*/2);
+    std::vector<at::Tensor> qkv = adapted(c_attn_, c_attn_lora_, x).split(c, /*dim=*/2);
     for (at::Tensor& y : qkv) y = y.view({b, t, heads_, c / heads_}).transpose(1, 2);
     return qkv;
   }
@@ -97,6 +104,8 @@ class CausalSelfAttentionImpl : public nn::Module {
   nn::Linear c_proj_;
   nn::Dropout attn_dropout_;
   nn::Dropout resid_dropout_;
+  std::unique_ptr<LoraAdapter> c_attn_lora_;
+  std::unique_ptr<LoraAdapter> c_proj_lora_;
 };
 TORCH_MODULE(CausalSelfAttention);
 
@@ -108,15 +117,27 @@ class MlpBlockImpl : public nn::Module {
         c_proj_(register_module("c_proj", nn::Linear(4 * embd, embd))),
         dropout_(register_module("dropout", nn::Dropout(dropout))) {}
 
-  at::Tensor forward(const at::Tensor& x) { return dropout_(c_proj_(torch::gelu(c_fc_(x), gelu_))); }
+  at::Tensor forward(const at::Tensor& x) {
+    return dropout_(adapted(c_proj_, c_proj_lora_, torch::gelu(adapted(c_fc_, c_fc_lora_, x), gelu_)));
+  }
 
   nn::Linear& c_proj() { return c_proj_; }
+
+  void add_adapters(const LoraOptions& options, const std::set<std::string>& targets, const std::string& where) {
+    const std::int64_t c = c_fc_->weight.size(1);
+    if (targets.count("fc") != 0) c_fc_lora_ = std::make_unique<LoraAdapter>(*c_fc_, where + ".c_fc", c, 4 * c, options);
+    if (targets.count("mlp_proj") != 0) {
+      c_proj_lora_ = std::make_unique<LoraAdapter>(*c_proj_, where + ".c_proj", 4 * c, c, options);
+    }
+  }
 
  private:
   std::string gelu_;  // torch::gelu's `approximate`: "none" or "tanh"
   nn::Linear c_fc_;
   nn::Linear c_proj_;
   nn::Dropout dropout_;
+  std::unique_ptr<LoraAdapter> c_fc_lora_;
+  std::unique_ptr<LoraAdapter> c_proj_lora_;
 };
 TORCH_MODULE(MlpBlock);
 
@@ -140,6 +161,11 @@ class BlockImpl : public nn::Module {
 
   // The two projections into the residual stream, initialized smaller (GPT-2, section 2.3).
   std::vector<at::Tensor> residual_projections() { return {attn_->c_proj()->weight, mlp_->c_proj()->weight}; }
+
+  void add_adapters(const LoraOptions& options, const std::set<std::string>& targets, const std::string& where) {
+    attn_->add_adapters(options, targets, where + ".attn");
+    mlp_->add_adapters(options, targets, where + ".mlp");
+  }
 
  private:
   nn::LayerNorm ln_1_;
@@ -173,7 +199,7 @@ class Gpt final : public nn::Module, public Model, public CachedLanguageModel {
     HT_CHECK(t <= block_size_, "a sequence longer than the model's block size");
     begin_forward();
     const at::Tensor positions = torch::arange(t, torch::dtype(torch::kLong).device(tokens.device()));
-    at::Tensor x = drop_(wte_(tokens) + wpe_(positions));
+    at::Tensor x = drop_(embed(tokens, positions));
 #if HT_FUSED_ATTENTION
     const at::Tensor mask;
 #else
@@ -181,7 +207,7 @@ class Gpt final : public nn::Module, public Model, public CachedLanguageModel {
         torch::full({t, t}, -std::numeric_limits<float>::infinity(), x.options()).triu(/*diagonal=*/1);
 #endif
     for (size_t i = 0; i < blocks_.size(); ++i) x = run_block(i, [&] { return blocks_[i]->forward(x, mask); });
-    return end_forward(torch::linear(ln_f_(x), wte_->weight));  // tied: the output layer is the embedding
+    return end_forward(head(ln_f_(x)));
   }
 
   std::int64_t block_size() const override { return block_size_; }
@@ -193,13 +219,26 @@ class Gpt final : public nn::Module, public Model, public CachedLanguageModel {
     cache.values.resize(blocks_.size());
     const at::Tensor positions =
         torch::arange(cache.length, cache.length + t, torch::dtype(torch::kLong).device(tokens.device()));
-    at::Tensor x = drop_(wte_(tokens) + wpe_(positions));
+    at::Tensor x = drop_(embed(tokens, positions));
     for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_cached(x, cache.keys[i], cache.values[i]);
     cache.length += t;
-    return torch::linear(ln_f_(x), wte_->weight);
+    return head(ln_f_(x));
   }
 
   nn::Module& module() override { return *this; }
+
+  bool add_adapters(const LoraOptions& options, const std::set<std::string>& targets) override {
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      blocks_[i]->add_adapters(options, targets, "transformer.h." + std::to_string(i));
+    }
+    if (targets.count("head") != 0) {
+      // PEFT's name for GPT-2's output layer, which here is the token embedding's weight.
+      auto lm_head = register_module("lm_head", std::make_shared<nn::Module>());
+      head_lora_ = std::make_unique<LoraAdapter>(*lm_head, "lm_head", wte_->weight.size(1), wte_->weight.size(0),
+                                                 options);
+    }
+    return true;
+  }
   // The transformer blocks; the embeddings (the token embedding is also the output layer) and
   // the final LayerNorm stay whole through a step.
   std::vector<std::shared_ptr<nn::Module>> blocks() override {
@@ -209,6 +248,17 @@ class Gpt final : public nn::Module, public Model, public CachedLanguageModel {
   }
 
  private:
+  // The residual stream's start, in float32 also when the embeddings are bf16 (a LoRA base's).
+  at::Tensor embed(const at::Tensor& tokens, const at::Tensor& positions) {
+    return (wte_(tokens) + wpe_(positions)).to(ln_f_->weight.scalar_type());
+  }
+
+  // The logits of the final LayerNorm's output `x`. Tied: the output layer is the embedding.
+  at::Tensor head(const at::Tensor& x) {
+    at::Tensor logits = base_linear(x, wte_->weight);
+    return head_lora_ ? logits + (*head_lora_)(x) : logits;
+  }
+
   // GPT-2's initialization: N(0, 0.02) weights, zero biases, and the residual projections scaled
   // by 1/sqrt(2 n_layer) so the residual stream's variance does not grow with depth.
   void initialize(std::int64_t layers) {
@@ -235,6 +285,7 @@ class Gpt final : public nn::Module, public Model, public CachedLanguageModel {
   nn::Dropout drop_{nullptr};
   std::vector<Block> blocks_;
   nn::LayerNorm ln_f_{nullptr};
+  std::unique_ptr<LoraAdapter> head_lora_;
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include "builtin_models.h"
 #include "hpctrain/core/error.h"
+#include "hpctrain/model/lora.h"
 
 namespace hpctrain::model {
 namespace {
@@ -27,7 +28,9 @@ std::shared_ptr<Model> make_model(const config::ModelConfig& config, const Model
     throw ConfigError(std::string("model ") + config::name_of(config.name) + ": the dataset declares " +
                       std::to_string(spec.num_classes) + " classes; a classifier needs at least 2");
   }
-  return factory(config.name)(config, spec);
+  std::shared_ptr<Model> model = factory(config.name)(config, spec);
+  add_lora_adapters(*model, config);
+  return model;
 }
 
 }  // namespace hpctrain::model

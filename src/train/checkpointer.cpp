@@ -8,12 +8,15 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <set>
 
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/activity.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/timer.h"
 #include "hpctrain/core/version.h"
+#include "hpctrain/model/lora.h"
+#include "hpctrain/train/lora_base.h"
 #include "hpctrain/train/train_state.h"
 
 namespace hpctrain::train {
@@ -54,15 +57,29 @@ std::string commit_checkpoint(const std::string& dir, const ckpt::Checkpoint& ch
   return path;
 }
 
-}  // namespace
-
-ckpt::NamedTensors model_state(model::Model& model) {
+// The parameters (a LoRA model's frozen base among them or not), buffers and tied names.
+ckpt::NamedTensors weights(model::Model& model, bool with_frozen_base) {
   ckpt::NamedTensors out;
-  for (auto& p : model.module().named_parameters()) out.emplace_back(p.key(), p.value());
+  std::set<std::string> left_out;
+  for (auto& p : model.module().named_parameters()) {
+    if (with_frozen_base || p.value().requires_grad()) {
+      out.emplace_back(p.key(), p.value());
+    } else {
+      left_out.insert(p.key());
+    }
+  }
   for (auto& b : model_buffers(model)) out.push_back(std::move(b));
-  for (const auto& tied : model.tied_parameters()) out.emplace_back(tied.name, tied.tensor);
+  for (const auto& tied : model.tied_parameters()) {
+    if (left_out.count(tied.same_as) == 0) out.emplace_back(tied.name, tied.tensor);
+  }
   return out;
 }
+
+}  // namespace
+
+ckpt::NamedTensors model_state(model::Model& model) { return weights(model, !model::has_adapters(model)); }
+
+ckpt::NamedTensors all_weights(model::Model& model) { return weights(model, true); }
 
 ckpt::NamedTensors model_buffers(model::Model& model) {
   ckpt::NamedTensors out;
@@ -84,6 +101,7 @@ std::string Checkpointer::save(Step& step, const RunPosition& at, const BestEval
   if (config_.ckpt.async) wait_for_background_write();
   ckpt::NamedTensors generators = gather_generators();
   step.sync_buffers();
+  if (base_checksums_.empty() && control_.world_rank() == 0) base_checksums_ = base_checksums(step.model());
   std::string path;
   if (step.update().zero_stage() > 0) {
     path = save_sharded(step, at, best_so_far, std::move(generators), best);
@@ -203,6 +221,7 @@ ckpt::Checkpoint Checkpointer::assemble(Step& step, const RunPosition& at, const
   if (best_so_far.test_loss) bests.emplace_back("best_test_loss", torch::full({}, *best_so_far.test_loss, torch::kDouble));
   if (!bests.empty()) checkpoint.groups["metrics"] = std::move(bests);
   if (const LossScaler* scaler = step.loss_scaler()) checkpoint.groups["loss_scaler"] = scaler->state();
+  if (!base_checksums_.empty()) checkpoint.groups["base"] = base_checksums_;
   return checkpoint;
 }
 

@@ -6,6 +6,7 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/train/checkpointer.h"
+#include "hpctrain/train/lora_base.h"
 #include "hpctrain/train/resume_policy.h"
 #include "hpctrain/train/resume_state.h"
 #include "hpctrain/train/train_state.h"
@@ -22,6 +23,8 @@ std::optional<Resumed> Checkpointer::resume(Step& step, std::int64_t accumulatio
   const ckpt::CheckpointReader reader(chosen);
   const ckpt::CheckpointMeta& meta = reader.meta();
   check_config_unchanged(reader);
+  check_base(reader, step.model(),
+             config_.model.init_from.empty() ? "random weights from train.seed" : config_.model.init_from);
   GradientUpdate& update = step.update();
   const auto load_optimizer = [&update](const ckpt::CheckpointReader& r) { update.load_optimizer_state(r); };
   ResumedState state;

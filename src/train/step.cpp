@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "hpctrain/comm/communicator.h"
@@ -184,19 +185,27 @@ void Step::log_model() const {
   torch::nn::Module& module = model_->module();
   std::int64_t count = 0;
   std::int64_t tensors = 0;
+  std::int64_t frozen_count = 0;
   for (const auto& p : module.parameters()) {
-    if (!p.requires_grad()) continue;
+    if (!p.requires_grad()) {
+      frozen_count += p.numel();
+      continue;
+    }
     count += p.numel();
     ++tensors;
   }
   const auto frozen = static_cast<std::int64_t>(module.parameters().size()) - tensors;
+  const double trained_percent = 100.0 * static_cast<double>(count) / static_cast<double>(std::max<std::int64_t>(count + frozen_count, 1));
   // On a GPU, say which float32 math runs (train.tf32), since it changes results slightly.
   const std::string math = !device_.is_cuda()      ? ""
                            : config_.train.tf32 ? " (float32 products on TF32 tensor cores: train.tf32)"
                                                 : " (full float32: train.tf32=false)";
   log::info("model {}: {} parameters in {} tensors{}, {} buffers; device {}{}, backend {}, {} rank(s)",
             config::name_of(config_.model.name), count, tensors,
-            frozen > 0 ? fmt::format(" ({} frozen tensors besides)", frozen) : "", buffers_.size(), device_.str(),
+            frozen > 0 ? fmt::format(" ({} frozen tensors besides, of {} parameters: {:.2f}% train)", frozen,
+                                     frozen_count, trained_percent)
+                       : "",
+            buffers_.size(), device_.str(),
             math, comm_.backend(), comm_.size());
   for (const auto& tied : model_->tied_parameters()) {
     log::info("tied weights: '{}' is '{}' (trained once, stored under both names)", tied.name, tied.same_as);

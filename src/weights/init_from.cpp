@@ -8,6 +8,7 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/timer.h"
+#include "hpctrain/model/lora.h"
 #include "hpctrain/weights/gpt2_names.h"
 
 namespace hpctrain::weights {
@@ -110,7 +111,8 @@ InitReport load_weights(model::Model& model, const MappedWeights& weights, bool 
     }
   }
   for (const auto& [name, target] : targets) {
-    if (find(weights.tensors, name) == nullptr) report.missing.push_back(name);
+    // LoRA adapters start as their own initialization makes them, not from the base's file.
+    if (find(weights.tensors, name) == nullptr && !model::is_adapter_parameter(name)) report.missing.push_back(name);
   }
   const std::string problems = summary(report);
   if (strict && !problems.empty()) {

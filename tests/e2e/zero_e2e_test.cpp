@@ -61,24 +61,6 @@ class ZeroEndToEnd : public ::testing::Test {
     return work_ + "/" + run + "/checkpoints/ckpt-" + std::to_string(step) + ".h5";
   }
 
-  // ||x - y|| / ||x|| over the floating-point tensors of `group` of the two checkpoints, those whose
-  // names contain `leave_out` (when given) left out.
-  static double relative_difference(const std::string& a, const std::string& b, const std::string& group,
-                                    const std::string& leave_out = "") {
-    const ckpt::NamedTensors x = ckpt::CheckpointReader(a).read_group(group);
-    const ckpt::NamedTensors y = ckpt::CheckpointReader(b).read_group(group);
-    EXPECT_EQ(x.size(), y.size());
-    double difference = 0;
-    double norm = 0;
-    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-      if (!x[i].second.is_floating_point()) continue;
-      if (!leave_out.empty() && x[i].first.find(leave_out) != std::string::npos) continue;
-      difference += (x[i].second - y[i].second).to(at::kDouble).pow(2).sum().item<double>();
-      norm += x[i].second.to(at::kDouble).pow(2).sum().item<double>();
-    }
-    return std::sqrt(difference / norm);
-  }
-
   // Note [Rounding under AdamW]: the attention's key bias (a third of c_attn.bias) has a true
   // gradient of zero (softmax ignores a constant added to every key), so its computed gradient
   // is rounding noise, which AdamW's division by its own root mean square turns into steps of

@@ -20,6 +20,11 @@ written and read here (safetensors by hand: 8-byte header length, JSON header, r
       cut to its last P tokens as it grows (nanoGPT's way), printed as JSON ids; with --time, as
       {"tokens": [...], "seconds": S} (the loop alone; jobs/bench/generate.sh); --batch B: B copies
       of the prompt continued as one batch (the first one's tokens printed)
+  gpt2_reference.py peft-merge BASE ADAPTER_DIR --out FILE
+      PEFT's merge of a LoRA adapter directory (adapter_model.safetensors, adapter_config.json)
+      into BASE (GPT2LMHeadModel's names and layout), as peft's LoraLayer merges: each target's
+      weight += transpose(B @ A) * lora_alpha / r when fan_in_fan_out (Conv1D); written as
+      safetensors
 """
 import argparse
 import json
@@ -230,6 +235,25 @@ def greedy(args):
     print(json.dumps({"tokens": out, "seconds": seconds} if args.time else out))
 
 
+def peft_merge(args):
+    base = read_weights(args.base)
+    with open(f"{args.adapter}/adapter_config.json") as f:
+        config = json.load(f)
+    adapters = read_safetensors(f"{args.adapter}/adapter_model.safetensors")
+    prefix, suffix = "base_model.model.", ".lora_A.weight"
+    scale = config["lora_alpha"] / config["r"]
+    merged = dict(base)
+    for key, a in adapters.items():
+        if not key.endswith(suffix):
+            continue
+        module = key[len(prefix):-len(suffix)]
+        if not any(module == t or module.endswith("." + t) for t in config["target_modules"]):
+            raise SystemExit(f"{module} is not among target_modules {config['target_modules']}")
+        delta = adapters[prefix + module + ".lora_B.weight"] @ a * scale
+        merged[module + ".weight"] = base[module + ".weight"] + (delta.T if config["fan_in_fan_out"] else delta)
+    write_safetensors(args.out, merged)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -251,8 +275,12 @@ def main():
     g.add_argument("--heads", type=int, required=True)
     g.add_argument("--time", action="store_true")
     g.add_argument("--batch", type=int, default=1)
+    p = sub.add_parser("peft-merge")
+    p.add_argument("base")
+    p.add_argument("adapter")
+    p.add_argument("--out", required=True)
     args = parser.parse_args()
-    {"make": make, "check": check, "greedy": greedy}[args.command](args)
+    {"make": make, "check": check, "greedy": greedy, "peft-merge": peft_merge}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ enum class DataIo { kMmap, kPosix, kMpio };
 enum class ModelName { kFashionCnn, kMlp, kResnet, kGpt, kTorchscript };
 enum class InitNames { kAuto, kHpctrain, kHfGpt2 };
 enum class GptActivation { kGelu, kGeluTanh };
+enum class LoraBaseDtype { kFloat32, kBf16 };
 enum class OptimizerName { kAdamW, kSgd };
 enum class LrScaling { kNone, kLinear, kSqrt };
 enum class Schedule { kConstant, kStep, kCosine };
@@ -39,6 +40,7 @@ HT_CHOICES(DataIo, "mmap", "posix", "mpio");
 HT_CHOICES(ModelName, "fashion_cnn", "mlp", "resnet", "gpt", "torchscript");
 HT_CHOICES(InitNames, "auto", "hpctrain", "hf-gpt2");
 HT_CHOICES(GptActivation, "gelu", "gelu_tanh");
+HT_CHOICES(LoraBaseDtype, "float32", "bf16");
 HT_CHOICES(OptimizerName, "adamw", "sgd");
 HT_CHOICES(LrScaling, "none", "linear", "sqrt");
 HT_CHOICES(Schedule, "constant", "step", "cosine");
@@ -119,6 +121,12 @@ struct ModelConfig {
   std::string init_from;              // weights to start from; "": random
   InitNames init_names = InitNames::kAuto;
   bool init_strict = true;
+  std::int64_t lora_rank = 0;  // LoRA adapters' rank r (model/lora.h); 0: none
+  double lora_alpha = 8.0;     // their update is scaled by alpha / r
+  double lora_dropout = 0.0;
+  std::string lora_targets = "attn";  // comma-separated gpt layers
+  std::string lora_train;             // base parameters that train too: bias, norm
+  LoraBaseDtype lora_base_dtype = LoraBaseDtype::kFloat32;  // of the frozen base's matrices
 };
 
 struct OptimConfig {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@ class Module;
 }  // namespace torch::nn
 
 namespace hpctrain::model {
+
+struct LoraOptions;
 
 // What the data says the model must accept and produce.
 struct ModelSpec {
@@ -66,6 +69,11 @@ class Model {
   // runs them; the parameters outside them are gathered for a whole forward and backward. Empty
   // (a TorchScript module's): the model cannot be sharded by block.
   virtual std::vector<std::shared_ptr<torch::nn::Module>> blocks() { return {}; }
+  // Adds LoRA adapters (model/lora.h) to the layers `targets` names; false: the model takes none.
+  // Throws ConfigError for a rank a layer cannot have.
+  virtual bool add_adapters(const LoraOptions& /*options*/, const std::set<std::string>& /*targets*/) {
+    return false;
+  }
   // Null: no hooks (the parameters are whole).
   void set_block_hooks(BlockHooks* hooks) { hooks_ = hooks; }
 

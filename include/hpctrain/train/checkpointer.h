@@ -22,8 +22,11 @@
 
 namespace hpctrain::train {
 
-// The model's parameters and buffers by name: what a checkpoint stores.
+// The model's parameters and buffers by name: what a checkpoint stores. Of a model with LoRA
+// adapters, the frozen base is left out (train/lora_base.h).
 ckpt::NamedTensors model_state(model::Model& model);
+// Every parameter and buffer by name, a LoRA model's base too.
+ckpt::NamedTensors all_weights(model::Model& model);
 // The buffers alone (BatchNorm's statistics): what rank 0 stores of a model whose parameters are
 // sharded (dist.zero_stage=3), the ranks adding their slices of the parameters.
 ckpt::NamedTensors model_buffers(model::Model& model);
@@ -84,6 +87,7 @@ class Checkpointer {
   c10::Device device_;
   std::string last_;                       // the last checkpoint's path
   std::optional<RunPosition> written_;     // and the position it holds
+  ckpt::NamedTensors base_checksums_;      // of a LoRA model's frozen base, computed once
   BackgroundJob writer_;  // ckpt.async, on rank 0; last, so destroyed (waited for) first
 };
 

@@ -1,0 +1,29 @@
+// The frozen base of a model with LoRA adapters (model/lora.h). A checkpoint of such a model holds
+// the adapters and whatever else trains, not the base: in its place, group "base" holds each base
+// weight's checksum, and whoever reads the checkpoint rebuilds the base (model.init_from, or
+// train.seed) and checks it against them. Depends on ckpt and model.
+#pragma once
+
+#include <string>
+
+#include "hpctrain/ckpt/checkpoint.h"
+#include "hpctrain/model/model.h"
+
+namespace hpctrain::train {
+
+// Each frozen base weight's fletcher32 (an int64 scalar under the weight's name); empty for a
+// model without adapters.
+ckpt::NamedTensors base_checksums(model::Model& model);
+
+// Checks `model`'s base against the checksums in `reader`'s group "base". Throws ConfigError
+// naming the first weight that differs (the base is not the one the adapters were trained on:
+// `source` says where it came from) or the weights the checkpoint has no checksum for.
+void check_base(const ckpt::CheckpointReader& reader, model::Model& model, const std::string& source);
+
+// Reads the model weights of the checkpoint `reader` into `model`, built from the checkpoint's
+// model config `config` after train.seed was set. With adapters, the base comes first: the seed's
+// weights, or model.init_from's, checked against the checkpoint's checksums.
+void read_checkpoint_weights(const ckpt::CheckpointReader& reader, model::Model& model,
+                             const config::ModelConfig& config);
+
+}  // namespace hpctrain::train

@@ -1,0 +1,36 @@
+// One LoRA adapter beside a Linear layer (hpctrain/model/lora.h). Private to src/model.
+#pragma once
+
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
+
+#include <memory>
+
+#include "hpctrain/model/lora.h"
+
+namespace hpctrain::model {
+
+class LoraAdapter {
+ public:
+  // Registers lora_dropout, lora_A [rank, in] and lora_B [out, rank] on `layer`, the module whose
+  // output the adapter adds to (PEFT's names). Throws ConfigError for a rank above min(in, out).
+  LoraAdapter(torch::nn::Module& layer, const std::string& where, std::int64_t in, std::int64_t out,
+              const LoraOptions& options);
+
+  // scale * B(A(dropout(x))).
+  at::Tensor operator()(const at::Tensor& x);
+
+ private:
+  torch::nn::Dropout dropout_{nullptr};
+  torch::nn::Linear a_{nullptr};
+  torch::nn::Linear b_{nullptr};
+  double scale_;
+};
+
+// x W^T + b in the weight's dtype (a bf16 base's too), the result in x's dtype.
+at::Tensor base_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+
+// `layer(x)`, plus its adapter's update when it has one.
+at::Tensor adapted(torch::nn::Linear& layer, const std::unique_ptr<LoraAdapter>& adapter, const at::Tensor& x);
+
+}  // namespace hpctrain::model

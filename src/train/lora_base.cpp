@@ -1,0 +1,56 @@
+#include "hpctrain/train/lora_base.h"
+
+#include <torch/torch.h>
+
+#include <map>
+
+#include "hpctrain/core/error.h"
+#include "hpctrain/io/fletcher32.h"
+#include "hpctrain/model/lora.h"
+#include "hpctrain/train/checkpointer.h"
+#include "hpctrain/weights/init_from.h"
+
+namespace hpctrain::train {
+
+ckpt::NamedTensors base_checksums(model::Model& model) {
+  ckpt::NamedTensors out;
+  if (!model::has_adapters(model)) return out;
+  for (const auto& p : model.module().named_parameters()) {
+    if (p.value().requires_grad()) continue;
+    const at::Tensor host = p.value().detach().to(torch::kCPU).contiguous();
+    const std::uint32_t sum = io::fletcher32(host.data_ptr(), host.nbytes());
+    out.emplace_back(p.key(), torch::full({}, static_cast<std::int64_t>(sum), torch::kLong));
+  }
+  return out;
+}
+
+void check_base(const ckpt::CheckpointReader& reader, model::Model& model, const std::string& source) {
+  if (!model::has_adapters(model)) return;
+  std::map<std::string, std::int64_t> stored;
+  for (const auto& [name, value] : reader.read_group("base")) stored[name] = ckpt::stored_count(value, "base/" + name);
+  const std::string fix = "; adapters apply only to the base they were trained on: give model.init_from the "
+                          "checkpoint's (its config shows it) or start fresh";
+  for (const auto& [name, checksum] : base_checksums(model)) {
+    const auto found = stored.find(name);
+    if (found == stored.end()) {
+      throw ConfigError(reader.path() + " holds no checksum of base weight '" + name + "' (" + source +
+                        "): the checkpoint was written for another model" + fix);
+    }
+    if (found->second != checksum.item<std::int64_t>()) {
+      throw ConfigError("base weight '" + name + "' (" + source + ") is not the one the adapters of " + reader.path() +
+                        " were trained on" + fix);
+    }
+  }
+}
+
+void read_checkpoint_weights(const ckpt::CheckpointReader& reader, model::Model& model,
+                             const config::ModelConfig& config) {
+  if (model::has_adapters(model) && !config.init_from.empty()) {
+    const weights::WeightFile file = weights::WeightFile::open(config.init_from);
+    weights::load_weights(model, weights::map_weights(config, file), config.init_strict, config.init_from);
+  }
+  check_base(reader, model, config.init_from.empty() ? "random weights from train.seed" : config.init_from);
+  reader.read_into("model", model_state(model));
+}
+
+}  // namespace hpctrain::train
