@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # LoRA adapters against full fine-tuning, from the same pretrained gpt (docs/benchmarks.md):
 #   jobs/bench/lora.sh [--np 2] [--pretrain-steps 200] [--tune-steps 100] [--rounds 2]
-#                      [--memory-steps 3] [--bin PATH] [--out DIR]
+#                      [--memory-steps 3] [--memory-block 1024] [--bin PATH] [--out DIR]
 # 1. Pretrains a gpt of 6 blocks x 384 (block size 128, byte tokens) on Debian's licence texts.
 # 2. Fine-tunes it on another text (Perl's diagnostics, perldiag.pod) for --tune-steps steps, with
 #    LoRA (r = 8 on attn, alpha 16) and fully, alternately --rounds times, at --np ranks.
 # 3. Prints, for each way: the held-out loss of the new text before (the base) and after, the
 #    median step time, and the gradient bytes each step's allreduce carries (grad_mb: the buckets,
 #    i.e. the trainable parameters' float32 bytes).
-# 4. Peak RSS at GPT-2 small's shape (12 x 768, block size 1024, byte tokens) for --memory-steps
-#    steps each way, one rank: LoRA with its base in bf16 (model.lora_base_dtype) against full
-#    fine-tuning, peak_rss_mb.
+# 4. Peak RSS at GPT-2 small's shape (12 x 768, byte tokens, batch 1 of --memory-block tokens)
+#    for --memory-steps steps each way, one rank: LoRA with its base in bf16
+#    (model.lora_base_dtype) against full fine-tuning, peak_rss_mb.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -19,6 +19,7 @@ pretrain_steps=200
 tune_steps=100
 rounds=2
 memory_steps=3
+memory_block=1024
 bin=build/release/src/hpctrain
 out=build/bench-lora
 while [ $# -gt 0 ]; do
@@ -28,6 +29,7 @@ while [ $# -gt 0 ]; do
     --tune-steps) tune_steps=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --memory-steps) memory_steps=$2; shift 2 ;;
+    --memory-block) memory_block=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -45,7 +47,7 @@ mkdir -p "$out"
 [ -f "$out/tune-text/manifest.json" ] || "$bin" prepare text --source "$tune_text" --out "$out/tune-text" >/dev/null
 
 shape=(--model.name=gpt --model.gpt_layers=6 --model.gpt_heads=6 --model.gpt_embd=384 --model.gpt_block_size=128
-       --model.dropout=0 --train.threads=1 --train.batch_size=8 --ckpt.keep_last=1 --log.every_steps=10)
+       --model.dropout=0 --train.threads=1 --train.batch_size=8 --train.epochs=100 --ckpt.keep_last=1 --log.every_steps=10)
 base="$out/pretrain/checkpoints/ckpt-$pretrain_steps.h5"
 if [ ! -f "$base" ]; then
   rm -rf "$out/pretrain"
@@ -99,7 +101,7 @@ memory() {  # peak RSS of a few steps at GPT-2 small's shape
   rm -rf "$out/memory"
   # shellcheck disable=SC2086
   "$bin" train --model.name=gpt --model.gpt_layers=12 --model.gpt_heads=12 --model.gpt_embd=768 \
-    --model.gpt_block_size=1024 --model.dropout=0 --train.threads=1 --train.batch_size=1 --ckpt.save_final=false \
+    --model.gpt_block_size="$memory_block" --model.dropout=0 --train.threads=1 --train.batch_size=1 --ckpt.save_final=false \
     --ckpt.keep_last=1 --log.every_steps=1 ${options[$way]} --data.path="$out/tune-text" --data.eval_split= \
     --train.max_steps="$memory_steps" --run.dir="$out/memory" >"$out/memory.log" 2>&1 ||
     { tail -n 5 "$out/memory.log" >&2; exit 1; }
@@ -119,6 +121,6 @@ for way in lora full; do
   echo "$way: held-out loss $loss, step $ms ms, gradient allreduce $mb MB a step"
   eval "${way}_ms=$ms; ${way}_mb=$mb"
 done
-awk -v lm="$lora_ms" -v fm="$full_ms" -v lb="$lora_mb" -v fb="$full_mb" -v lr="$lora_rss" -v fr="$full_rss" 'BEGIN {
+awk -v mb="$memory_block" -v lm="$lora_ms" -v fm="$full_ms" -v lb="$lora_mb" -v fb="$full_mb" -v lr="$lora_rss" -v fr="$full_rss" 'BEGIN {
   printf "lora / full: step time %.3fx, gradient bytes %.4fx\n", lm / fm, lb / fb
-  printf "peak RSS at 12 x 768: lora %.0f MiB, full %.0f MiB, %.3fx\n", lr, fr, lr / fr }'
+  printf "peak RSS at 12 x 768, windows of %d: lora (bf16 base) %.0f MiB, full %.0f MiB, %.3fx\n", mb, lr, fr, lr / fr }'

@@ -113,7 +113,8 @@ ckpt::NamedTensors merged_weights(const ckpt::CheckpointReader& reader, const co
 // PEFT's adapter_config.json for the adapters of `config`, written beside `out`.
 std::string write_adapter_config(const std::string& out, const config::ModelConfig& config) {
   static const std::map<std::string, std::string> kModules{
-      {"attn", "attn.c_attn"}, {"proj", "attn.c_proj"}, {"fc", "mlp.c_fc"}, {"mlp_proj", "mlp.c_proj"}, {"head", "lm_head"}};
+      {"attn", "attn.c_attn"}, {"proj", "attn.c_proj"}, {"fc", "mlp.c_fc"}, {"mlp_proj", "mlp.c_proj"},
+      {"head", "lm_head"}};
   std::vector<std::string> modules;
   for (const std::string& target : model::lora_targets(config)) modules.push_back(kModules.at(target));
   const nlohmann::json adapter{{"peft_type", "LORA"},

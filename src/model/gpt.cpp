@@ -84,8 +84,12 @@ class CausalSelfAttentionImpl : public nn::Module {
 
   void add_adapters(const LoraOptions& options, const std::set<std::string>& targets, const std::string& where) {
     const std::int64_t c = c_proj_->weight.size(0);
-    if (targets.count("attn") != 0) c_attn_lora_ = std::make_unique<LoraAdapter>(*c_attn_, where + ".c_attn", c, 3 * c, options);
-    if (targets.count("proj") != 0) c_proj_lora_ = std::make_unique<LoraAdapter>(*c_proj_, where + ".c_proj", c, c, options);
+    if (targets.count("attn") != 0) {
+      c_attn_lora_ = std::make_unique<LoraAdapter>(*c_attn_, where + ".c_attn", c, 3 * c, options);
+    }
+    if (targets.count("proj") != 0) {
+      c_proj_lora_ = std::make_unique<LoraAdapter>(*c_proj_, where + ".c_proj", c, c, options);
+    }
   }
 
  private:
@@ -125,7 +129,9 @@ class MlpBlockImpl : public nn::Module {
 
   void add_adapters(const LoraOptions& options, const std::set<std::string>& targets, const std::string& where) {
     const std::int64_t c = c_fc_->weight.size(1);
-    if (targets.count("fc") != 0) c_fc_lora_ = std::make_unique<LoraAdapter>(*c_fc_, where + ".c_fc", c, 4 * c, options);
+    if (targets.count("fc") != 0) {
+      c_fc_lora_ = std::make_unique<LoraAdapter>(*c_fc_, where + ".c_fc", c, 4 * c, options);
+    }
     if (targets.count("mlp_proj") != 0) {
       c_proj_lora_ = std::make_unique<LoraAdapter>(*c_proj_, where + ".c_proj", 4 * c, c, options);
     }
@@ -239,6 +245,7 @@ class Gpt final : public nn::Module, public Model, public CachedLanguageModel {
     }
     return true;
   }
+
   // The transformer blocks; the embeddings (the token embedding is also the output layer) and
   // the final LayerNorm stay whole through a step.
   std::vector<std::shared_ptr<nn::Module>> blocks() override {

@@ -101,7 +101,9 @@ void add_lora_adapters(Model& model, const config::ModelConfig& config) {
   for (auto& p : model.module().named_parameters()) {
     at::Tensor& parameter = p.value();
     parameter.set_requires_grad(is_adapter_parameter(p.key()) || kept.keeps(p.key(), parameter));
-    if (bf16_base && !parameter.requires_grad() && parameter.dim() >= 2) parameter.set_data(parameter.to(torch::kBFloat16));
+    if (bf16_base && !parameter.requires_grad() && parameter.dim() >= 2) {
+      parameter.set_data(parameter.to(torch::kBFloat16));  // the base's matrices and embeddings
+    }
   }
 }
 

@@ -195,7 +195,8 @@ void Step::log_model() const {
     ++tensors;
   }
   const auto frozen = static_cast<std::int64_t>(module.parameters().size()) - tensors;
-  const double trained_percent = 100.0 * static_cast<double>(count) / static_cast<double>(std::max<std::int64_t>(count + frozen_count, 1));
+  const double trained_percent =
+      100.0 * static_cast<double>(count) / static_cast<double>(std::max<std::int64_t>(count + frozen_count, 1));
   // On a GPU, say which float32 math runs (train.tf32), since it changes results slightly.
   const std::string math = !device_.is_cuda()      ? ""
                            : config_.train.tf32 ? " (float32 products on TF32 tensor cores: train.tf32)"
