@@ -13,6 +13,9 @@ namespace hpctrain::model {
 namespace {
 
 const std::set<std::string> kGptTargets{"attn", "proj", "fc", "mlp_proj", "head"};
+const std::string kWeight = ".weight";
+const std::string kAdapterA = ".lora_A.weight";  // PEFT's names, after the adapted layer's
+const std::string kAdapterB = ".lora_B.weight";
 
 std::vector<std::string> comma_list(const std::string& text) {
   std::vector<std::string> items;
@@ -75,9 +78,7 @@ std::set<std::string> lora_targets(const config::ModelConfig& config) {
   return targets;
 }
 
-bool is_adapter_parameter(const std::string& name) {
-  return ends_with(name, "lora_A.weight") || ends_with(name, "lora_B.weight");
-}
+bool is_adapter_parameter(const std::string& name) { return ends_with(name, kAdapterA) || ends_with(name, kAdapterB); }
 
 bool has_adapters(Model& model) {
   for (const auto& p : model.module().named_parameters()) {
@@ -88,13 +89,10 @@ bool has_adapters(Model& model) {
 
 void add_lora_adapters(Model& model, const config::ModelConfig& config) {
   if (config.lora_rank == 0) return;
-  if (config.name != config::ModelName::kGpt) {
-    throw ConfigError(std::string("model.lora_rank=") + std::to_string(config.lora_rank) + ": model.name=" +
-                      config::name_of(config.name) + " takes no adapters; LoRA adapts model.name=gpt");
-  }
   const KeptTrainable kept = kept_trainable(config.lora_train);
   if (!model.add_adapters(lora_options(config), lora_targets(config))) {
-    throw ConfigError("model.lora_rank: this model takes no adapters");
+    throw ConfigError(std::string("model.lora_rank=") + std::to_string(config.lora_rank) + ": model.name=" +
+                      config::name_of(config.name) + " takes no adapters; LoRA adapts model.name=gpt");
   }
   const bool bf16_base = config.lora_base_dtype == config::LoraBaseDtype::kBf16;
   const torch::NoGradGuard no_grad;
@@ -113,9 +111,9 @@ NamedWeights merge_adapters(const NamedWeights& weights, double scale) {
   NamedWeights merged;
   for (const auto& [name, tensor] : weights) {
     if (is_adapter_parameter(name)) continue;
-    const std::string layer = ends_with(name, ".weight") ? name.substr(0, name.size() - 7) : "";
-    const auto a = by_name.find(layer + ".lora_A.weight");
-    const auto b = by_name.find(layer + ".lora_B.weight");
+    const std::string layer = ends_with(name, kWeight) ? name.substr(0, name.size() - kWeight.size()) : "";
+    const auto a = by_name.find(layer + kAdapterA);
+    const auto b = by_name.find(layer + kAdapterB);
     if (layer.empty() || a == by_name.end() || b == by_name.end()) {
       merged.emplace_back(name, tensor);
       continue;
@@ -124,9 +122,9 @@ NamedWeights merge_adapters(const NamedWeights& weights, double scale) {
     merged.emplace_back(name, (tensor.to(torch::kFloat) + update).to(tensor.scalar_type()));
   }
   for (const auto& [name, tensor] : weights) {
-    if (!ends_with(name, "lora_A.weight")) continue;
-    const std::string layer = name.substr(0, name.size() - std::string(".lora_A.weight").size());
-    if (by_name.count(layer + ".weight") == 0) {
+    if (!ends_with(name, kAdapterA)) continue;
+    const std::string layer = name.substr(0, name.size() - kAdapterA.size());
+    if (by_name.count(layer + kWeight) == 0) {
       throw ConfigError("the adapter " + layer + " has no weight '" + layer + ".weight' to merge into");
     }
   }
