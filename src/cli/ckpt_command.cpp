@@ -145,13 +145,14 @@ int export_weights(const ckpt::CheckpointReader& reader, const config::ParsedArg
   if (names == "hf-gpt2" && model != "gpt") {
     throw ConfigError("ckpt export: --names hf-gpt2 renames a gpt model's weights; this checkpoint holds model " + model);
   }
-  const config::Config config = checkpoint_config(reader);
-  const bool adapters = config.model.lora_rank > 0;
+  const bool adapters = reader.has_group("base");  // a LoRA run's (train/lora_base.h)
   const bool merge = parsed.has("merge");
   if (merge && !adapters) {
     throw ConfigError("ckpt export --merge folds LoRA adapters into their base; " + reader.path() +
-                      " holds none (model.lora_rank=0): drop --merge");
+                      " holds none (no /base group: not a model.lora_rank run): drop --merge");
   }
+  // Only a LoRA checkpoint's config is read: the adapters' options, and the base to merge into.
+  const config::Config config = adapters ? checkpoint_config(reader) : config::Config{};
   ckpt::NamedTensors tensors = merge ? merged_weights(reader, config) : reader.read_group("model");
   if (tensors.empty()) throw CheckpointError(reader.path() + ": has no /model tensors to export");
   const std::string out = parsed.flags.at("out");
