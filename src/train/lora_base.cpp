@@ -24,6 +24,10 @@ ckpt::NamedTensors base_checksums(model::Model& model) {
   return out;
 }
 
+std::string base_source(const config::ModelConfig& config) {
+  return config.init_from.empty() ? "random weights from train.seed" : config.init_from;
+}
+
 void check_base(const ckpt::CheckpointReader& reader, model::Model& model, const std::string& source) {
   if (!model::has_adapters(model)) return;
   std::map<std::string, std::int64_t> stored;
@@ -49,7 +53,7 @@ void read_checkpoint_weights(const ckpt::CheckpointReader& reader, model::Model&
     const weights::WeightFile file = weights::WeightFile::open(config.init_from);
     weights::load_weights(model, weights::map_weights(config, file), config.init_strict, config.init_from);
   }
-  check_base(reader, model, config.init_from.empty() ? "random weights from train.seed" : config.init_from);
+  check_base(reader, model, base_source(config));
   reader.read_into("model", model_state(model));
 }
 

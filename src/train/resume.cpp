@@ -23,8 +23,7 @@ std::optional<Resumed> Checkpointer::resume(Step& step, std::int64_t accumulatio
   const ckpt::CheckpointReader reader(chosen);
   const ckpt::CheckpointMeta& meta = reader.meta();
   check_config_unchanged(reader);
-  check_base(reader, step.model(),
-             config_.model.init_from.empty() ? "random weights from train.seed" : config_.model.init_from);
+  check_base(reader, step.model(), base_source(config_.model));
   GradientUpdate& update = step.update();
   const auto load_optimizer = [&update](const ckpt::CheckpointReader& r) { update.load_optimizer_state(r); };
   ResumedState state;

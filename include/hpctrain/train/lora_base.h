@@ -15,6 +15,9 @@ namespace hpctrain::train {
 // model without adapters.
 ckpt::NamedTensors base_checksums(model::Model& model);
 
+// Where a LoRA model's base comes from, for messages: model.init_from, or train.seed's weights.
+std::string base_source(const config::ModelConfig& config);
+
 // Checks `model`'s base against the checksums in `reader`'s group "base". Throws ConfigError
 // naming the first weight that differs (the base is not the one the adapters were trained on:
 // `source` says where it came from) or the weights the checkpoint has no checksum for.
