@@ -15,6 +15,7 @@
 #include "hpctrain/core/system.h"
 #include "hpctrain/core/timer.h"
 #include "hpctrain/data/manifest.h"
+#include "hpctrain/data/token_stream.h"
 #include "hpctrain/io/h5_file.h"
 #include "hpctrain/model/lora.h"
 #include "hpctrain/train/checkpointer.h"
@@ -88,26 +89,43 @@ weights::WeightFormat export_format(const config::ParsedArgs& parsed) {
   throw ConfigError("ckpt export: --format '" + format + "' is not pytorch or safetensors");
 }
 
+// The shapes of the model `config` trains: a gpt's vocabulary from its model.init_from (or the
+// dataset), any other model's input and classes from the dataset's manifest.
+model::ModelSpec trained_model_spec(const config::Config& config) {
+  const config::ModelConfig& m = config.model;
+  std::int64_t vocabulary = 0;
+  if (m.name == config::ModelName::kGpt && !m.init_from.empty()) {
+    const weights::WeightFile file = weights::WeightFile::open(m.init_from);
+    config::ModelConfig shape = m;
+    weights::fill_gpt_shape(shape, weights::map_weights(shape, file).tensors, vocabulary);
+  }
+  if (vocabulary != 0) return {{m.gpt_block_size}, vocabulary, true};
+  const data::Manifest manifest = data::Manifest::load(config.data.path);
+  if (data::is_token_stream(manifest)) return {{m.gpt_block_size}, manifest.num_classes, true};
+  return {manifest.fields.front().shape, manifest.num_classes};
+}
+
 // The whole model of a LoRA checkpoint with its adapters folded into the base weights.
 ckpt::NamedTensors merged_weights(const ckpt::CheckpointReader& reader, const config::Config& config) {
-  if (model::lora_targets(config.model).count("head") != 0) {
+  if (config.model.name == config::ModelName::kGpt && model::lora_targets(config.model).count("head") != 0) {
     throw ConfigError("ckpt export --merge: the adapter on the head (model.lora_targets=head) cannot be merged: the "
                       "head is the token embedding's weight, which merging would change for the inputs too; export "
                       "the adapters without --merge");
   }
-  std::int64_t vocabulary = 0;
-  if (!config.model.init_from.empty()) {
-    const weights::WeightFile file = weights::WeightFile::open(config.model.init_from);
-    config::ModelConfig shape = config.model;
-    weights::fill_gpt_shape(shape, weights::map_weights(shape, file).tensors, vocabulary);
-  }
-  if (vocabulary == 0) vocabulary = data::Manifest::load(config.data.path).num_classes;
-  const std::shared_ptr<model::Model> model = checkpoint_language_model(reader, config, vocabulary);
+  const std::shared_ptr<model::Model> model = checkpoint_model(reader, config, trained_model_spec(config));
   ckpt::NamedTensors weights = train::all_weights(*model);
   for (auto& [name, tensor] : weights) {
     if (tensor.is_floating_point()) tensor = tensor.to(at::kFloat);  // a bf16 base's merged in full
   }
-  return model::merge_adapters(weights, model::lora_options(config.model).scale());
+  ckpt::NamedTensors merged = model::merge_adapters(weights, model::lora_options(config.model).scale());
+  // A tied weight's second name holds what its first does, merged (a TorchScript model's).
+  std::map<std::string, at::Tensor> by_name(merged.begin(), merged.end());
+  for (const model::TiedParameter& tied : model->tied_parameters()) {
+    for (auto& [name, tensor] : merged) {
+      if (name == tied.name) tensor = by_name.at(tied.same_as);
+    }
+  }
+  return merged;
 }
 
 // PEFT's adapter_config.json for the adapters of `config`, written beside `out`.

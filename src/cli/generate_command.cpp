@@ -121,7 +121,8 @@ Loaded load_model(const config::ParsedArgs& parsed) {
     const ckpt::CheckpointReader reader(parsed.flags.at("checkpoint"));
     loaded.config = checkpoint_config(reader);
     loaded.tokenizer = tokenizer_for(parsed, loaded.config, vocabulary);
-    loaded.model = checkpoint_language_model(reader, loaded.config, vocabulary);
+    const config::ModelConfig& m = loaded.config.model;
+    loaded.model = checkpoint_model(reader, loaded.config, {{m.gpt_block_size}, vocabulary, true});
     return loaded;
   }
   if (parsed.config_file.empty()) throw ConfigError("generate: --weights needs --config FILE for the model");

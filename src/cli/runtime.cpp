@@ -228,12 +228,11 @@ config::Config checkpoint_config(const ckpt::CheckpointReader& reader) {
   }
 }
 
-std::shared_ptr<model::Model> checkpoint_language_model(const ckpt::CheckpointReader& reader,
-                                                       const config::Config& config, std::int64_t vocabulary) {
+std::shared_ptr<model::Model> checkpoint_model(const ckpt::CheckpointReader& reader, const config::Config& config,
+                                               const model::ModelSpec& spec) {
   torch::manual_seed(static_cast<std::uint64_t>(config.train.seed));  // a LoRA base without init_from is the seed's
-  const config::ModelConfig& m = config.model;
-  std::shared_ptr<model::Model> model = model::make_model(m, {{m.gpt_block_size}, vocabulary, true});
-  train::read_checkpoint_weights(reader, *model, m);
+  std::shared_ptr<model::Model> model = model::make_model(config.model, spec);
+  train::read_checkpoint_weights(reader, *model, config.model);
   return model;
 }
 

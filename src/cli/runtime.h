@@ -82,9 +82,9 @@ std::int64_t int_flag(const config::ParsedArgs& parsed, const std::string& comma
 // The training config a checkpoint carries.
 config::Config checkpoint_config(const ckpt::CheckpointReader& reader);
 
-// The language model a checkpoint holds (generate, ckpt export --merge), built from its config
-// `config` for `vocabulary` tokens; a LoRA model's base rebuilt and checked first.
-std::shared_ptr<model::Model> checkpoint_language_model(const ckpt::CheckpointReader& reader,
-                                                       const config::Config& config, std::int64_t vocabulary);
+// The model a checkpoint holds (generate, ckpt export --merge), built from its config `config`
+// with the shapes of `spec`; a LoRA model's base rebuilt and checked first.
+std::shared_ptr<model::Model> checkpoint_model(const ckpt::CheckpointReader& reader, const config::Config& config,
+                                               const model::ModelSpec& spec);
 
 }  // namespace hpctrain::cli

@@ -59,6 +59,16 @@ KeptTrainable kept_trainable(const std::string& text) {
   return kept;
 }
 
+// model.lora_targets for a TorchScript model: patterns on its modules' names (scripted_lora.h).
+std::set<std::string> target_patterns(const config::ModelConfig& config) {
+  const std::vector<std::string> items = comma_list(config.lora_targets);
+  if (items.empty()) {
+    throw ConfigError("model.lora_targets is empty: name the modules of model.path=" + config.path +
+                      " whose weights get adapters (e.g. fc1,fc2 or 'layers.*.proj')");
+  }
+  return {items.begin(), items.end()};
+}
+
 }  // namespace
 
 LoraOptions lora_options(const config::ModelConfig& config) {
@@ -90,11 +100,17 @@ bool has_adapters(Model& model) {
 void add_lora_adapters(Model& model, const config::ModelConfig& config) {
   if (config.lora_rank == 0) return;
   const KeptTrainable kept = kept_trainable(config.lora_train);
-  if (!model.add_adapters(lora_options(config), lora_targets(config))) {
-    throw ConfigError(std::string("model.lora_rank=") + std::to_string(config.lora_rank) + ": model.name=" +
-                      config::name_of(config.name) + " takes no adapters; LoRA adapts model.name=gpt");
-  }
   const bool bf16_base = config.lora_base_dtype == config::LoraBaseDtype::kBf16;
+  const bool scripted = config.name == config::ModelName::kTorchscript;
+  if (bf16_base && scripted) {
+    throw ConfigError("model.lora_base_dtype=bf16: a TorchScript model's code would meet bfloat16 weights it was not "
+                      "written for; keep float32 (train.precision=bf16 still computes in bf16)");
+  }
+  const std::set<std::string> targets = scripted ? target_patterns(config) : lora_targets(config);
+  if (!model.add_adapters(lora_options(config), targets)) {
+    throw ConfigError(std::string("model.lora_rank=") + std::to_string(config.lora_rank) + ": model.name=" +
+                      config::name_of(config.name) + " takes no adapters; LoRA adapts model.name=gpt or torchscript");
+  }
   const torch::NoGradGuard no_grad;
   for (auto& p : model.module().named_parameters()) {
     at::Tensor& parameter = p.value();
@@ -131,14 +147,18 @@ NamedWeights merge_adapters(const NamedWeights& weights, double scale) {
   return merged;
 }
 
-LoraAdapter::LoraAdapter(torch::nn::Module& layer, const std::string& where, std::int64_t in, std::int64_t out,
-                         const LoraOptions& options)
-    : scale_(options.scale()) {
-  if (options.rank > std::min(in, out)) {
-    throw ConfigError("model.lora_rank=" + std::to_string(options.rank) + " is larger than layer " + where + " (" +
+void check_lora_rank(const std::string& where, std::int64_t in, std::int64_t out, std::int64_t rank) {
+  if (rank > std::min(in, out)) {
+    throw ConfigError("model.lora_rank=" + std::to_string(rank) + " is larger than layer " + where + " (" +
                       std::to_string(in) + " inputs, " + std::to_string(out) + " outputs) allows; use at most " +
                       std::to_string(std::min(in, out)));
   }
+}
+
+LoraAdapter::LoraAdapter(torch::nn::Module& layer, const std::string& where, std::int64_t in, std::int64_t out,
+                         const LoraOptions& options)
+    : scale_(options.scale()) {
+  check_lora_rank(where, in, out, options.rank);
   dropout_ = layer.register_module("lora_dropout", torch::nn::Dropout(options.dropout));
   // Linear's own initialization of A is PEFT's: Kaiming-uniform with a = sqrt(5).
   a_ = layer.register_module("lora_A", torch::nn::Linear(torch::nn::LinearOptions(in, options.rank).bias(false)));

@@ -10,6 +10,9 @@
 
 namespace hpctrain::model {
 
+// Throws ConfigError when a layer of `in` inputs and `out` outputs cannot have adapters of `rank`.
+void check_lora_rank(const std::string& where, std::int64_t in, std::int64_t out, std::int64_t rank);
+
 class LoraAdapter {
  public:
   // Registers lora_dropout, lora_A [rank, in] and lora_B [out, rank] on `layer`, the module whose

@@ -8,6 +8,7 @@
 // of hpctrain cannot train is refused when the module is loaded: parameters other than float32,
 // buffers of a dtype checkpoints cannot store. A parameter held under two names (tied weights) is
 // registered once, under the first; tied_parameters() names the second, which checkpoints add.
+// LoRA adapters (model.lora_rank) are folded into the weights for each forward (scripted_lora.h).
 #include <torch/script.h>
 #include <torch/torch.h>
 
@@ -17,6 +18,7 @@
 
 #include "builtin_models.h"
 #include "hpctrain/core/error.h"
+#include "scripted_lora.h"
 
 namespace hpctrain::model {
 namespace {
@@ -68,8 +70,16 @@ class ScriptedModule : public torch::nn::Module {
     scripted_.train(on);
   }
 
-  torch::jit::IValue call(const at::Tensor& input) { return scripted_.forward({input}); }
+  torch::jit::IValue call(const at::Tensor& input) {
+    if (!adapters_) return scripted_.forward({input});
+    const ScriptedAdapters::Folded folded(*adapters_);
+    return scripted_.forward({input});
+  }
   const std::vector<TiedParameter>& tied() const { return tied_; }
+
+  void add_adapters(const LoraOptions& options, const std::set<std::string>& patterns, const std::string& path) {
+    adapters_ = std::make_unique<ScriptedAdapters>(scripted_, *this, tied_, options, patterns, path);
+  }
 
  private:
   // The module of the mirror tree that holds "a.b.c" (a.b, created on the way) and "c".
@@ -91,6 +101,7 @@ class ScriptedModule : public torch::nn::Module {
 
   torch::jit::Module scripted_;
   std::vector<TiedParameter> tied_;
+  std::unique_ptr<ScriptedAdapters> adapters_;  // model.lora_rank's, folded into the weights per forward
 };
 
 class TorchScriptModel : public Model {
@@ -110,6 +121,10 @@ class TorchScriptModel : public Model {
   }
   torch::nn::Module& module() override { return *module_; }
   std::vector<TiedParameter> tied_parameters() const override { return module_->tied(); }
+  bool add_adapters(const LoraOptions& options, const std::set<std::string>& patterns) override {
+    module_->add_adapters(options, patterns, path_);
+    return true;
+  }
 
  private:
   std::shared_ptr<ScriptedModule> module_;

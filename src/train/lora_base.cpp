@@ -25,15 +25,19 @@ ckpt::NamedTensors base_checksums(model::Model& model) {
 }
 
 std::string base_source(const config::ModelConfig& config) {
-  return config.init_from.empty() ? "random weights from train.seed" : config.init_from;
+  const std::string loaded = config.init_from.empty() ? "" : config.init_from;
+  if (config.name == config::ModelName::kTorchscript) {
+    return "model.path=" + config.path + (loaded.empty() ? "" : " and model.init_from=" + loaded);
+  }
+  return loaded.empty() ? "random weights from train.seed" : loaded;
 }
 
 void check_base(const ckpt::CheckpointReader& reader, model::Model& model, const std::string& source) {
   if (!model::has_adapters(model)) return;
   std::map<std::string, std::int64_t> stored;
   for (const auto& [name, value] : reader.read_group("base")) stored[name] = ckpt::stored_count(value, "base/" + name);
-  const std::string fix = "; adapters apply only to the base they were trained on: give model.init_from the "
-                          "checkpoint's (its config shows it) or start fresh";
+  const std::string fix = "; adapters apply only to the base they were trained on: use the base the checkpoint's "
+                          "config names (model.init_from, model.path) or start fresh";
   for (const auto& [name, checksum] : base_checksums(model)) {
     const auto found = stored.find(name);
     if (found == stored.end()) {

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <torch/nn/module.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "e2e.h"
@@ -18,6 +20,7 @@
 #include "same_checkpoints.h"
 #include "hpctrain/ckpt/checkpoint.h"
 #include "hpctrain/core/system.h"
+#include "hpctrain/model/model.h"
 
 namespace hpctrain::testing {
 namespace {
@@ -41,7 +44,7 @@ class TorchScriptEndToEnd : public ::testing::Test {
     data_ = suite.data;
     for (const auto& [file, options] : std::vector<std::pair<std::string, std::string>>{
              {"model.pt", ""}, {"seven.pt", "--classes 7"}, {"three-channels.pt", "--channels 3"},
-             {"tied.pt", "--tied"}, {"frozen.pt", "--freeze features.0"}}) {
+             {"tied.pt", "--tied"}, {"tied-other.pt", "--tied --seed 1"}, {"frozen.pt", "--freeze features.0"}}) {
       const ProcessResult exported = run_command(kExporter + " " + work_ + "/" + file + " " + options);
       ASSERT_EQ(exported.exit_code, 0) << exported.out << exported.err;
     }
@@ -58,7 +61,7 @@ class TorchScriptEndToEnd : public ::testing::Test {
   // state_dict `ckpt export` writes from it, loaded strictly into the Python module
   // (export_torchscript.py `python_flags`): the same, and the state_dict holds `tensors` tensors.
   static void expect_python_agrees(const std::string& checkpoint, const std::string& config,
-                                   const std::string& python_flags, int tensors) {
+                                   const std::string& python_flags, int tensors, const std::string& export_flags = "") {
     const ProcessResult evaluated =
         run_command(kBin + " eval --checkpoint " + checkpoint + " --config " + config + " --data.eval_split=test");
     ASSERT_EQ(evaluated.exit_code, 0) << evaluated.err;
@@ -67,7 +70,8 @@ class TorchScriptEndToEnd : public ::testing::Test {
     ASSERT_NE(at, std::string::npos) << evaluated.err;
     const std::string run = std::filesystem::path(checkpoint).parent_path().parent_path().filename().string();
     const std::string state_dict = work_ + "/" + run + "-state_dict.pt";
-    ASSERT_EQ(run_command(kBin + " ckpt export " + checkpoint + " --to state_dict --out " + state_dict).exit_code, 0);
+    ASSERT_EQ(run_command(kBin + " ckpt export " + checkpoint + " --to state_dict --out " + state_dict + export_flags).exit_code,
+              0);
     const ProcessResult loaded = run_command(kExporter + " " + python_flags + " --check-state-dict " + state_dict +
                                              " --source " + kFashionMnist + " --manifest " +
                                              data_ + "/manifest.json --limit 1200");
@@ -162,6 +166,71 @@ TEST_F(TorchScriptEndToEnd, TiedWeightsTrainOnceAndExportUnderBothNames) {
   EXPECT_FALSE(at::equal(at_4["first.weight"], at_2.at("first.weight"))) << "the shared weight did not learn";
 
   expect_python_agrees(work_ + "/tied/checkpoints/ckpt-4.h5", work_ + "/tied/config.ini", "--tied", 6);
+}
+
+// LoRA on a scripted module (src/model/scripted_lora.h): adapters on `embed` and on the weight
+// `first` and `second` share (named by its second name); only they learn, they start as the base,
+// they are folded into both uses of the tied weight, the merged export evaluates in PyTorch to the
+// loss hpctrain evaluates with the adapters, and another base is refused on resume.
+TEST_F(TorchScriptEndToEnd, LoraAdaptersLearnAloneAndMergeIntoTheModulesOwnWeights) {
+  const std::string lora = " --model.lora_rank=4 --model.lora_alpha=8 --model.lora_targets=embed,second";
+  config::ModelConfig config;
+  config.name = config::ModelName::kTorchscript;
+  config.path = work_ + "/tied.pt";
+  const model::ModelSpec spec{{1, 28, 28}, 10};
+  const auto base = model::make_model(config, spec);
+  config.lora_rank = 4;
+  config.lora_targets = "embed,second";
+  const auto adapted = model::make_model(config, spec);
+  base->module().eval();
+  adapted->module().eval();
+  const at::Tensor images = at::randn({3, 1, 28, 28});
+  EXPECT_TRUE(at::equal(base->forward(images), adapted->forward(images))) << "step 0 is not the base";
+
+  const ProcessResult r = run_command(train(2, "tied-lora", "--train.max_steps=4 --ckpt.every_steps=2 --model.path=" +
+                                                                work_ + "/tied.pt" + lora));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_lines_with(r.err, "(5 frozen tensors besides, of "), 1) << r.err;
+  const auto at_2 = model_group(work_ + "/tied-lora/checkpoints/ckpt-2.h5");
+  const auto at_4 = model_group(work_ + "/tied-lora/checkpoints/ckpt-4.h5");
+  std::set<std::string> names;
+  for (const auto& [name, tensor] : at_4) names.insert(name);
+  EXPECT_EQ(names, (std::set<std::string>{"embed.lora_A.weight", "embed.lora_B.weight", "first.lora_A.weight",
+                                          "first.lora_B.weight"}));
+  EXPECT_FALSE(at::equal(at_4.at("first.lora_B.weight"), at_2.at("first.lora_B.weight"))) << "B did not learn";
+  EXPECT_GT(at_4.at("first.lora_B.weight").abs().max().item<float>(), 0.0f);
+  std::set<std::string> checksummed;
+  for (const auto& [name, value] : ckpt::CheckpointReader(work_ + "/tied-lora/checkpoints/ckpt-4.h5").read_group("base")) {
+    checksummed.insert(name);
+  }
+  EXPECT_EQ(checksummed.count("first.weight") + checksummed.count("embed.weight"), 2u);
+
+  // eval folds the adapters in; PyTorch computes with the merged state_dict (second.weight too).
+  expect_python_agrees(work_ + "/tied-lora/checkpoints/ckpt-4.h5", work_ + "/tied-lora/config.ini", "--tied", 6,
+                       " --merge");
+
+  const ProcessResult other = run_command(train(2, "tied-lora", "--train.max_steps=6 --ckpt.every_steps=2 "
+                                                               "--ckpt.allow_config_change=true --model.path=" + work_ + "/tied-other.pt" + lora));
+  EXPECT_EQ(other.exit_code, 2) << other.err;
+  EXPECT_EQ(count_lines_with(other.err, "is not the one the adapters of"), 1) << other.err;
+  EXPECT_NE(other.err.find("(model.path=" + work_ + "/tied-other.pt)"), std::string::npos) << other.err;
+}
+
+TEST_F(TorchScriptEndToEnd, LoraOptionsAScriptedModuleCannotTakeAreRefusedInOneLine) {
+  const std::string base = kBin + " train --data.path=" + data_ + " --model.name=torchscript --model.path=" + work_ +
+                           "/model.pt --run.dir=" + work_ + "/refused-lora --model.lora_rank=4";
+  for (const auto& [extra, words] : std::vector<std::pair<std::string, std::string>>{
+           {" --model.lora_targets=nothing", "'nothing' names no module with a 2-d weight in model.path="},
+           {" --model.lora_targets=features.*", "'features.*' names no module with a 2-d weight"},
+           {" --model.lora_targets=head --model.lora_rank=11", "model.lora_rank=11 is larger than layer head"},
+           {" --model.lora_targets=head --model.lora_dropout=0.1", "leaves no adapter input to drop"},
+           {" --model.lora_targets=head --model.lora_base_dtype=bf16", "model.lora_base_dtype=bf16: a TorchScript"}}) {
+    const ProcessResult r = run_command(base + extra);
+    EXPECT_EQ(r.exit_code, 2) << extra << "\n" << r.err;
+    EXPECT_EQ(count_lines_with(r.err, "hpctrain: error:"), 1) << r.err;
+    EXPECT_NE(r.err.find(words), std::string::npos) << "expected '" << words << "' in\n" << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(work_ + "/refused-lora")) << "a refused run leaves no run directory";
 }
 
 TEST_F(TorchScriptEndToEnd, ModulesThatDoNotFitAreRefusedInOneLine) {

@@ -2,8 +2,9 @@
 """The example exporter of model.name=torchscript, used by the tests: writes a small CNN for
 1x28x28 images (two conv-BatchNorm-ReLU-pool stages, dropout, a linear head) as TorchScript.
 
-  export_torchscript.py OUT.pt [--classes N] [--channels C] [--freeze PREFIX] [--tied]
-      torch.jit.save(torch.jit.script(model)); --freeze sets requires_grad=False on the
+  export_torchscript.py OUT.pt [--classes N] [--channels C] [--freeze PREFIX] [--tied] [--seed S]
+      torch.jit.save(torch.jit.script(model)), its weights drawn after torch.manual_seed(S)
+      (default 0); --freeze sets requires_grad=False on the
       parameters whose names start with PREFIX; --tied writes a module with one weight shared
       by two layers (tied weights) instead
   export_torchscript.py OUT.pt --language-model VOCAB --block T
@@ -102,6 +103,7 @@ def main() -> None:
     parser.add_argument("--channels", type=int, default=1)
     parser.add_argument("--freeze", default="")
     parser.add_argument("--tied", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--language-model", type=int, default=0, metavar="VOCAB")
     parser.add_argument("--block", type=int, default=32)
     parser.add_argument("--check-state-dict")
@@ -109,7 +111,7 @@ def main() -> None:
     parser.add_argument("--manifest")
     parser.add_argument("--limit", type=int, default=10000)
     args = parser.parse_args()
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     if args.check_state_dict:
         check_state_dict(args)
         return

@@ -29,7 +29,8 @@ struct LoraOptions {
 
 LoraOptions lora_options(const config::ModelConfig& config);
 
-// The layers model.lora_targets names, for a gpt: any of attn, proj, fc, mlp_proj, head. Throws
+// The layers model.lora_targets names, for a gpt: any of attn, proj, fc, mlp_proj, head. (A
+// TorchScript model takes patterns on its modules' names instead: src/model/scripted_lora.h.) Throws
 // ConfigError for a name that is none of them, or for none at all.
 std::set<std::string> lora_targets(const config::ModelConfig& config);
 

@@ -15,7 +15,8 @@ namespace hpctrain::train {
 // model without adapters.
 ckpt::NamedTensors base_checksums(model::Model& model);
 
-// Where a LoRA model's base comes from, for messages: model.init_from, or train.seed's weights.
+// Where a LoRA model's base comes from, for messages: model.init_from, or train.seed's weights;
+// a TorchScript model's model.path (and model.init_from).
 std::string base_source(const config::ModelConfig& config);
 
 // Checks `model`'s base against the checksums in `reader`'s group "base". Throws ConfigError
