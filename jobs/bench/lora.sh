@@ -8,9 +8,8 @@
 # 3. Prints, for each way: the held-out loss of the new text before (the base) and after, the
 #    median step time, and the gradient bytes each step's allreduce carries (grad_mb: the buckets,
 #    i.e. the trainable parameters' float32 bytes).
-# 4. Peak RSS at GPT-2 small's shape (12 x 768, byte tokens, batch 1 of --memory-block tokens)
-#    for --memory-steps steps each way, one rank: LoRA with its base in bf16
-#    (model.lora_base_dtype) against full fine-tuning, peak_rss_mb.
+# 4. Peak RSS at GPT-2 small's shape for --memory-steps steps of --memory-block tokens:
+#    jobs/bench/lora_memory.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -96,22 +95,6 @@ for ((r = 1; r <= rounds; r++)); do
   done
 done
 
-memory() {  # peak RSS of a few steps at GPT-2 small's shape
-  local way=$1
-  rm -rf "$out/memory"
-  # shellcheck disable=SC2086
-  "$bin" train --model.name=gpt --model.gpt_layers=12 --model.gpt_heads=12 --model.gpt_embd=768 \
-    --model.gpt_block_size="$memory_block" --model.dropout=0 --train.threads=1 --train.batch_size=1 --ckpt.save_final=false \
-    --ckpt.keep_last=1 --log.every_steps=1 ${options[$way]} --data.path="$out/tune-text" --data.eval_split= \
-    --train.max_steps="$memory_steps" --run.dir="$out/memory" >"$out/memory.log" 2>&1 ||
-    { tail -n 5 "$out/memory.log" >&2; exit 1; }
-  /usr/bin/python3 -c 'import json, sys; print(max(json.loads(l).get("peak_rss_mb", 0) for l in open(sys.argv[1])))' \
-    "$out/memory/metrics.jsonl"
-}
-options[lora]="${lora[*]} --model.lora_base_dtype=bf16"
-lora_rss=$(memory lora)
-full_rss=$(memory full)
-
 echo "# lora.sh: $np ranks, gpt 6 x 384, $tune_steps fine-tuning steps from $pretrain_steps of pretraining; medians of $rounds rounds"
 echo "held-out loss of the new text before fine-tuning: $before"
 for way in lora full; do
@@ -121,6 +104,6 @@ for way in lora full; do
   echo "$way: held-out loss $loss, step $ms ms, gradient allreduce $mb MB a step"
   eval "${way}_ms=$ms; ${way}_mb=$mb"
 done
-awk -v mb="$memory_block" -v lm="$lora_ms" -v fm="$full_ms" -v lb="$lora_mb" -v fb="$full_mb" -v lr="$lora_rss" -v fr="$full_rss" 'BEGIN {
-  printf "lora / full: step time %.3fx, gradient bytes %.4fx\n", lm / fm, lb / fb
-  printf "peak RSS at 12 x 768, windows of %d: lora (bf16 base) %.0f MiB, full %.0f MiB, %.3fx\n", mb, lr, fr, lr / fr }'
+awk -v lm="$lora_ms" -v fm="$full_ms" -v lb="$lora_mb" -v fb="$full_mb" 'BEGIN {
+  printf "lora / full: step time %.3fx, gradient bytes %.4fx\n", lm / fm, lb / fb }'
+jobs/bench/lora_memory.sh --steps "$memory_steps" --block "$memory_block" --bin "$bin" --out "$out"

@@ -18,7 +18,7 @@
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/model/flops.h"
 #include "hpctrain/model/model.h"
-#include "hpctrain/train/autocast.h"
+#include "hpctrain/model/autocast.h"
 #include "hpctrain/train/device.h"
 #include "hpctrain/train/mfu.h"
 #include "hpctrain/train/preflight.h"
@@ -183,9 +183,9 @@ int bench_step(const config::ParsedArgs& parsed) {
                                           : torch::rand(input_shape, on_device);
   const at::Tensor target = torch::randint(0, spec.num_classes, spec.token_ids ? input_shape : std::vector<std::int64_t>{batch},
                                            on_device.dtype(torch::kLong));
-  const std::optional<at::ScalarType> forward_dtype = train::autocast_dtype(precision);
+  const std::optional<at::ScalarType> forward_dtype = model::autocast_dtype(precision);
   const auto forward = [&] {
-    const train::AutocastScope autocast(device.type(), forward_dtype);
+    const model::AutocastScope autocast(device.type(), forward_dtype);
     return net->forward(input);
   };
   const auto forward_backward = [&] {

@@ -271,7 +271,7 @@ std::vector<Option> build_table() {
           "Refuse model.init_from unless every parameter and buffer is in it with its shape and "
           "nothing else is; false loads what matches and logs the rest."),
       row("model.lora_rank", &C::model, &ModelConfig::lora_rank, "0",
-          "Rank r of LoRA adapters beside the layers model.lora_targets names (gpt); the base "
+          "Rank r of LoRA adapters beside the layers model.lora_targets names (gpt, torchscript); the base "
           "weights are frozen and only the adapters train, communicate and are checkpointed. 0: "
           "no adapters. docs/fine-tuning.md.",
           at_least<I>(0)),
@@ -282,7 +282,10 @@ std::vector<Option> build_table() {
           in_unit_interval()),
       row("model.lora_targets", &C::model, &ModelConfig::lora_targets, "attn",
           "The gpt layers that get adapters, comma-separated: attn (attention's c_attn), proj "
-          "(attention's c_proj), fc (mlp.c_fc), mlp_proj (mlp.c_proj), head (the output layer)."),
+          "(attention's c_proj), fc (mlp.c_fc), mlp_proj (mlp.c_proj), head (the output layer). "
+          "For a torchscript model: names of its modules with a 2-d weight, matched as PEFT's "
+          "target_modules (fc: every module named fc or ending in .fc) or as shell patterns "
+          "(layers.*.proj)."),
       row("model.lora_train", &C::model, &ModelConfig::lora_train, "",
           "Base parameters that train beside the adapters, comma-separated: bias (every bias), "
           "norm (the LayerNorms' scales); empty: the adapters alone."),
@@ -304,6 +307,10 @@ std::vector<Option> build_table() {
       row("model.gpt_activation", &C::model, &ModelConfig::gpt_activation, "gelu",
           "The gpt MLP's activation: gelu (exact, nanoGPT's) or gelu_tanh (the tanh "
           "approximation GPT-2 was trained with; use it for GPT-2's weights)."),
+      row("model.activation_checkpointing", &C::model, &ModelConfig::activation_checkpointing, "false",
+          "Keep only each gpt block's input for backward and run the block's forward again there "
+          "(dropout and autocast as the first time): activation memory of one block instead of "
+          "all, for one more forward per step. gpt only. docs/fine-tuning.md."),
 
       row("optim.name", &C::optim, &OptimConfig::name, "adamw", "Optimizer."),
       row("optim.lr", &C::optim, &OptimConfig::lr, "0.002", "Learning rate.", positive()),

@@ -15,6 +15,7 @@
 #include "builtin_models.h"
 #include "hpctrain/model/language_model.h"
 #include "hpctrain/core/error.h"
+#include "activation_checkpoint.h"
 #include "lora_adapter.h"
 
 namespace hpctrain::model {
@@ -185,6 +186,7 @@ class Gpt final : public nn::Module, public Model, public CachedLanguageModel {
  public:
   Gpt(std::int64_t vocab, const config::ModelConfig& config)
       : block_size_(config.gpt_block_size),
+        recompute_blocks_(config.activation_checkpointing),
         transformer_(register_module("transformer", std::make_shared<nn::Module>())) {
     const std::int64_t embd = config.gpt_embd;
     const std::string gelu = config.gpt_activation == config::GptActivation::kGeluTanh ? "tanh" : "none";
@@ -212,7 +214,14 @@ class Gpt final : public nn::Module, public Model, public CachedLanguageModel {
     const at::Tensor mask =
         torch::full({t, t}, -std::numeric_limits<float>::infinity(), x.options()).triu(/*diagonal=*/1);
 #endif
-    for (size_t i = 0; i < blocks_.size(); ++i) x = run_block(i, [&] { return blocks_[i]->forward(x, mask); });
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      x = run_block(i, [&] {
+        if (!recompute_blocks_) return blocks_[i]->forward(x, mask);
+        return recomputed_in_backward(x, [block = blocks_[i], mask](const at::Tensor& h) mutable {
+          return block->forward(h, mask);
+        });
+      });
+    }
     return end_forward(head(ln_f_(x)));
   }
 
@@ -286,6 +295,7 @@ class Gpt final : public nn::Module, public Model, public CachedLanguageModel {
   }
 
   std::int64_t block_size_;
+  bool recompute_blocks_;  // model.activation_checkpointing
   std::shared_ptr<nn::Module> transformer_;
   nn::Embedding wte_{nullptr};
   nn::Embedding wpe_{nullptr};

@@ -28,6 +28,10 @@ std::shared_ptr<Model> make_model(const config::ModelConfig& config, const Model
     throw ConfigError(std::string("model ") + config::name_of(config.name) + ": the dataset declares " +
                       std::to_string(spec.num_classes) + " classes; a classifier needs at least 2");
   }
+  if (config.activation_checkpointing && config.name != config::ModelName::kGpt) {
+    throw ConfigError(std::string("model.activation_checkpointing recomputes a gpt's blocks; model.name=") +
+                      config::name_of(config.name) + " has none to recompute: set it to false");
+  }
   std::shared_ptr<Model> model = factory(config.name)(config, spec);
   add_lora_adapters(*model, config);
   return model;

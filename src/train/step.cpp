@@ -14,7 +14,7 @@
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/model/batch_norm.h"
 #include "hpctrain/model/flops.h"
-#include "hpctrain/train/autocast.h"
+#include "hpctrain/model/autocast.h"
 #include "hpctrain/train/step_loss.h"
 
 namespace hpctrain::train {
@@ -117,7 +117,7 @@ void Step::forward_backward(const data::Batch& batch, bool last_micro_batch, std
                             StepResult& result) {
   at::Tensor logits;
   {
-    const AutocastScope autocast(device_.type(), autocast_dtype(config_.train.precision));
+    const model::AutocastScope autocast(device_.type(), model::autocast_dtype(config_.train.precision));
     logits = forward(batch.input);
   }
   const at::Tensor losses = per_sample_loss(logits, batch.target, config_.train.label_smoothing);

@@ -11,6 +11,9 @@
 
 #include <cmath>
 #include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "e2e.h"
 #include "process.h"
@@ -159,6 +162,20 @@ TEST_F(ZeroEndToEnd, GptAtStagesTwoAndThreeAgreeWithReplicatedAndResumeAcrossWor
     ASSERT_EQ(part.exit_code, 0) << part.err;
   }
   expect_within_rounding(checkpoint("g0", 50), checkpoint("chain", 50));
+}
+
+// model.activation_checkpointing: the recomputed blocks give stage 0 the same bits, and stage 3,
+// which gathers a block again for the backward that recomputes it, the same model within rounding.
+TEST_F(ZeroEndToEnd, GptWithRecomputedBlocksTrainsAsWithKeptActivationsAtStagesZeroAndThree) {
+  for (const auto& [run, extra] : std::vector<std::pair<std::string, std::string>>{
+           {"kept", ""},
+           {"recomputed", "--model.activation_checkpointing=true"},
+           {"recomputed3", "--model.activation_checkpointing=true --dist.zero_stage=3"}}) {
+    const ProcessResult r = run_command(gpt(2, run, extra));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  expect_same_tensors(checkpoint("kept", 50), checkpoint("recomputed", 50), {"model", "optim", "sched"});
+  expect_within_rounding(checkpoint("kept", 50), checkpoint("recomputed3", 50));
 }
 
 TEST_F(ZeroEndToEnd, WhatCannotWorkIsRefusedInOneLine) {

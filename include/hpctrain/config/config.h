@@ -117,6 +117,7 @@ struct ModelConfig {
   std::int64_t gpt_embd = 128;
   std::int64_t gpt_block_size = 128;  // tokens per window (context length)
   GptActivation gpt_activation = GptActivation::kGelu;
+  bool activation_checkpointing = false;  // recompute each gpt block in backward
   std::string path;                   // the TorchScript file of model.name=torchscript
   std::string init_from;              // weights to start from; "": random
   InitNames init_names = InitNames::kAuto;

@@ -1,4 +1,4 @@
-#include "hpctrain/train/autocast.h"
+#include "hpctrain/model/autocast.h"
 
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
@@ -6,7 +6,7 @@
 #define HT_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
-namespace hpctrain::train {
+namespace hpctrain::model {
 namespace {
 
 bool enabled(c10::DeviceType device) {
@@ -61,6 +61,11 @@ std::optional<at::ScalarType> autocast_dtype(config::Precision precision) {
   return std::nullopt;
 }
 
+std::optional<at::ScalarType> active_autocast(c10::DeviceType device) {
+  if (!enabled(device)) return std::nullopt;
+  return get_dtype(device);
+}
+
 AutocastScope::AutocastScope(c10::DeviceType device, std::optional<at::ScalarType> dtype) : device_(device) {
   if (!dtype) return;
   active_ = true;
@@ -77,4 +82,4 @@ AutocastScope::~AutocastScope() {
   at::autocast::clear_cache();  // the casts of this forward's weights: the optimizer changes them
 }
 
-}  // namespace hpctrain::train
+}  // namespace hpctrain::model

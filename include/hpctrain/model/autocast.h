@@ -13,11 +13,15 @@
 
 #include "hpctrain/config/config.h"
 
-namespace hpctrain::train {
+namespace hpctrain::model {
 
 // What autocast computes in for train.precision: bfloat16 (bf16), float16 (fp16), or nothing
 // (fp32: autocast stays off).
 std::optional<at::ScalarType> autocast_dtype(config::Precision precision);
+
+// What autocast computes in on `device` now; nullopt when it is off (a recomputed block's second
+// forward, model/activation_checkpoint, runs as the first did).
+std::optional<at::ScalarType> active_autocast(c10::DeviceType device);
 
 class AutocastScope {
  public:
@@ -34,4 +38,4 @@ class AutocastScope {
   at::ScalarType previous_dtype_ = at::kFloat;
 };
 
-}  // namespace hpctrain::train
+}  // namespace hpctrain::model
