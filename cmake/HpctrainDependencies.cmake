@@ -19,6 +19,15 @@ find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.9 REQUIRED)
 find_package(ZLIB REQUIRED)
+# TensorBoard's event files (src/train/tfevents.proto) need protobuf and protoc; a build without
+# them (a GPU machine with only a pip torch) writes no event files and says so at run time.
+find_package(Protobuf QUIET)
+if(Protobuf_FOUND AND Protobuf_PROTOC_EXECUTABLE)
+  set(HPCTRAIN_HAVE_TENSORBOARD ON)
+else()
+  set(HPCTRAIN_HAVE_TENSORBOARD OFF)
+endif()
+message(STATUS "TensorBoard event files: ${HPCTRAIN_HAVE_TENSORBOARD} (protobuf and protoc)")
 
 # Torch's exported target carries -D_GLIBCXX_USE_CXX11_ABI and its include dirs; wrap it so the
 # include dirs are SYSTEM (libtorch headers are not -Wall -Wextra clean).

@@ -16,12 +16,14 @@ packages=(
   libgtest-dev                       # tests
   libspdlog-dev libfmt-dev           # logging
   nlohmann-json3-dev                 # manifests and metrics
+  libprotobuf-dev protobuf-compiler  # TensorBoard's event files
   zlib1g-dev                         # gzipped IDX files
   dataset-fashion-mnist              # the quick start's data
   slurmctld slurmd slurm-client munge libpmix-dev  # a real Slurm for the tests (srun --mpi=pmix)
   iproute2                           # network namespaces as "nodes" for the multi-node test
   gnuplot-nox                        # jobs/plot.sh: a run's curves as PNG
   python3-torch                      # tests: an exported state_dict loads in PyTorch (weights_only)
+  python3-crcmod                     # tests: an independent CRC-32C for TensorBoard's event files
 )
 # The tokenizer test's reference (npm's gpt-3-encoder) runs on node; npm installs it.
 command -v npm >/dev/null || packages+=(nodejs npm)

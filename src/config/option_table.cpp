@@ -527,6 +527,10 @@ std::vector<Option> build_table() {
       row("log.level", &C::log, &LogConfig::level, "info", "Console and file log level."),
       row("log.all_ranks", &C::log, &LogConfig::all_ranks, "false",
           "Print INFO lines of every rank to the console, not only rank 0's."),
+      row("log.tensorboard", &C::log, &LogConfig::tensorboard, "true",
+          "Rank 0 also writes every metrics.jsonl number and the resolved config to a TensorBoard "
+          "event file in <run.dir>/tensorboard/ (tensorboard --logdir RUN_DIR); a resumed run "
+          "continues it. docs/monitoring.md."),
   };
 }
 

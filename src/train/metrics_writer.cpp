@@ -1,6 +1,8 @@
 #include "hpctrain/train/metrics_writer.h"
 
 #include "hpctrain/core/error.h"
+#include "hpctrain/core/log.h"
+#include "hpctrain/train/tensorboard_writer.h"
 
 namespace hpctrain::train {
 
@@ -10,10 +12,26 @@ MetricsWriter::MetricsWriter(const std::string& path, bool enabled) : enabled_(e
   if (!out_) throw Error("cannot open " + path + " for writing");
 }
 
+void MetricsWriter::start_tensorboard(const std::string& dir, std::int64_t step, const std::string& config_text) {
+  if (!enabled_) return;
+#if HT_WITH_TENSORBOARD
+  tensorboard_ = std::make_shared<TensorBoardWriter>(dir, step, config_text);
+#else
+  (void)step;
+  (void)config_text;
+  log::warn("log.tensorboard: this build has no protobuf, so nothing is written to {}; install protobuf and protoc "
+            "(libprotobuf-dev protobuf-compiler) and rebuild, or set log.tensorboard=false",
+            dir);
+#endif
+}
+
 void MetricsWriter::write(const nlohmann::json& record) {
   if (!enabled_) return;
   out_ << record.dump() << "\n";
   out_.flush();
+#if HT_WITH_TENSORBOARD
+  if (tensorboard_) tensorboard_->write(record);
+#endif
 }
 
 }  // namespace hpctrain::train

@@ -44,7 +44,11 @@ TrainSummary Trainer::run() {
   }
   activity::set_step(step_.count());
   activity::enter(activity::Kind::kStep);  // between steps too, until the run ends
-  if (control_.world_rank() == 0) run_dir_.write_config(config::to_ini(setup_.config));
+  if (control_.world_rank() == 0) {
+    const std::string config_text = config::to_ini(setup_.config);
+    run_dir_.write_config(config_text);
+    if (setup_.config.log.tensorboard) metrics_.start_tensorboard(run_dir_.tensorboard_dir(), step_.count(), config_text);
+  }
   const std::int64_t start_epoch = epoch_;
   const std::int64_t start_cursor = cursor_;
   std::optional<EvalResult> last_eval;

@@ -204,6 +204,7 @@ struct LogConfig {
   std::int64_t every_steps = 0;
   LogLevel level = LogLevel::kInfo;
   bool all_ranks = false;
+  bool tensorboard = true;  // <run.dir>/tensorboard/events.out.tfevents.*
 };
 
 struct Config {

@@ -13,6 +13,7 @@ class RunDirectory {
   const std::string& root() const { return root_; }
   std::string config_path() const { return root_ + "/config.ini"; }
   std::string metrics_path() const { return root_ + "/metrics.jsonl"; }
+  std::string tensorboard_dir() const { return root_ + "/tensorboard"; }
   std::string checkpoints_dir() const { return root_ + "/checkpoints"; }
   std::string log_path(int world_rank) const {
     return root_ + "/logs/rank-" + std::to_string(world_rank) + ".log";
