@@ -56,12 +56,7 @@ class LanguageModelEndToEnd : public ::testing::Test {
            " --optim.schedule=cosine --optim.warmup_steps=5 --optim.decay_steps=40 --log.every_steps=5" +
            " --ckpt.keep_last=0 --run.dir=" + work_ + "/" + run + " " + extra;
   }
-  static std::vector<json> metrics(const std::string& run) {
-    std::vector<json> records;
-    std::istringstream in(read_file(work_ + "/" + run + "/metrics.jsonl"));
-    for (std::string line; std::getline(in, line);) records.push_back(json::parse(line));
-    return records;
-  }
+  static std::vector<json> metrics(const std::string& run) { return read_jsonl(work_ + "/" + run + "/metrics.jsonl"); }
 
   static std::string work_;
   static std::string tokens_;

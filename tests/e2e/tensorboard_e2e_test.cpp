@@ -61,12 +61,7 @@ class TensorBoardEndToEnd : public ::testing::Test {
     return json::parse(read.out);
   }
 
-  static std::vector<json> metrics(const std::string& run) {
-    std::vector<json> records;
-    std::istringstream in(read_file(work_ + "/" + run + "/metrics.jsonl"));
-    for (std::string line; std::getline(in, line);) records.push_back(json::parse(line));
-    return records;
-  }
+  static std::vector<json> metrics(const std::string& run) { return read_jsonl(work_ + "/" + run + "/metrics.jsonl"); }
 
   static std::string work_;
   static std::string data_;

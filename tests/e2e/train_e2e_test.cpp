@@ -20,15 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-
-std::vector<json> read_jsonl(const std::string& path) {
-  std::vector<json> records;
-  std::istringstream in(read_file(path));
-  std::string line;
-  while (std::getline(in, line)) records.push_back(json::parse(line));
-  return records;
-}
-
 class TrainEndToEnd : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 namespace hpctrain::testing {
 
 ProcessResult prepare_fashion(const std::string& out, int limit, int shards) {
@@ -17,6 +19,13 @@ FashionSuite make_fashion_suite(const std::string& tag, int limit, int shards, c
   const ProcessResult prepared = prepare_fashion(suite.data, limit, shards);
   if (prepared.exit_code != 0) ADD_FAILURE() << "prepare fashion-mnist failed: " << prepared.err;
   return suite;
+}
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> records;
+  std::istringstream in(read_file(path));
+  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+  return records;
 }
 
 }  // namespace hpctrain::testing

@@ -2,7 +2,10 @@
 // definitions of the test target), and Fashion-MNIST subsets prepared with the executable.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <string>
+#include <vector>
 
 #include "process.h"
 
@@ -23,5 +26,8 @@ struct FashionSuite {
   std::string data;
 };
 FashionSuite make_fashion_suite(const std::string& tag, int limit, int shards, const std::string& name = "fashion");
+
+// The records of a JSON-lines file (metrics.jsonl), in order.
+std::vector<nlohmann::json> read_jsonl(const std::string& path);
 
 }  // namespace hpctrain::testing
