@@ -22,6 +22,7 @@ packages=(
   slurmctld slurmd slurm-client munge libpmix-dev  # a real Slurm for the tests (srun --mpi=pmix)
   iproute2                           # network namespaces as "nodes" for the multi-node test
   gnuplot-nox                        # jobs/plot.sh: a run's curves as PNG
+  tmux bsdutils                      # tests: jobs/run-local.sh --interactive in a terminal (tmux, script)
   python3-torch                      # tests: an exported state_dict loads in PyTorch (weights_only)
   python3-crcmod                     # tests: an independent CRC-32C for TensorBoard's event files
 )

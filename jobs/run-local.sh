@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Runs hpctrain on this machine under Open MPI's mpirun, with as many ranks as the machine suits:
 #   jobs/run-local.sh [--np N] [--dry-run] [--binary PATH] [--] COMMAND ARGS...
+#   jobs/run-local.sh --interactive [--binary PATH]
 #   jobs/run-local.sh train --config configs/fashion_cnn.ini --train.epochs=2
 #   jobs/run-local.sh --np 1 eval --checkpoint runs/default/checkpoints/ckpt-938.h5 --config runs/default/config.ini
 #   jobs/run-local.sh --dry-run train --config configs/mlp.ini    # print the command, run nothing
 # COMMAND ARGS... go to hpctrain unchanged (everything from the first word that is not one of the
 # options above, or everything after `--`).
+#
+# --interactive asks, in a terminal, for a config of configs/, the ranks (default: the choice
+# below), learning-rate scaling, precision and run directory, prints the mpirun line and runs it
+# when confirmed (jobs/lib/run-local-ask.sh). Without a terminal it refuses (exit 2).
 #
 # Ranks (-np), from the GPUs and the logical CPUs (cores) this shell may use:
 #   GPUs:    one rank per GPU (nvidia-smi's list, or the entries of CUDA_VISIBLE_DEVICES when set,
@@ -35,11 +40,12 @@ die() { echo "run-local: error: $*" >&2; exit 2; }
 is_count() { [[ "$1" =~ ^[0-9]{1,6}$ ]]; }  # decimal, small enough for $((...))
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-np="" dry_run=false binary=""
+np="" dry_run=false binary="" interactive=false
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --dry-run) dry_run=true; shift ;;
+    --interactive) interactive=true; shift ;;
     --np|--binary)
       [ $# -ge 2 ] || die "$1 needs a value"
       if [ "$1" = --np ]; then np=$2; else binary=$2; fi
@@ -51,7 +57,12 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-[ $# -gt 0 ] || die "no hpctrain command given (e.g. jobs/run-local.sh train --config configs/fashion_cnn.ini)"
+if $interactive; then
+  { [ -t 0 ] && [ -t 1 ]; } || die "--interactive asks on a terminal, and this has none; give the command instead (jobs/run-local.sh train --config configs/fashion_cnn.ini)"
+  [ $# -eq 0 ] || die "--interactive asks for the command: give no COMMAND ARGS"
+  [ -z "$np" ] || die "--interactive asks for the ranks: leave out --np"
+fi
+[ $# -gt 0 ] || $interactive || die "no hpctrain command given (e.g. jobs/run-local.sh train --config configs/fashion_cnn.ini)"
 [ -z "$np" ] || { is_count "$np" && [ "$np" -ge 1 ]; } || die "--np wants a positive integer, not '$np'"
 [ -z "$np" ] || np=$((10#$np))
 
@@ -97,6 +108,12 @@ fi
 if [ -z "$np" ]; then
   if [ "$gpus" -gt 0 ]; then np=$gpus; else np=$((cores < 4 ? cores : 4)); fi
 fi
+if $interactive; then
+  # shellcheck source=jobs/lib/run-local-ask.sh
+  source "$repo/jobs/lib/run-local-ask.sh"
+  ask_for_run
+  set -- "${run_args[@]}"
+fi
 threads=$((cores / np > 1 ? cores / np : 1))
 
 mpi_args=(-np "$np" --use-hwthread-cpus)
@@ -133,6 +150,10 @@ if $dry_run; then
   printf '%s\n' "$line"
   exit 0
 fi
-echo "run-local: $line" >&2
+if $interactive; then
+  confirm "$line" || { echo "run-local: not run"; exit 0; }
+else
+  echo "run-local: $line" >&2
+fi
 [ ${#env_args[@]} -eq 0 ] || export "${env_args[@]}"
 exec mpirun "${mpi_args[@]}" "$binary" "${hpctrain_args[@]}"

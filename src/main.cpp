@@ -29,8 +29,9 @@ int dispatch(int argc, char** argv) {
   if (command == "bench") return hpctrain::cli::run_bench(rest);
   if (command == "doctor") return hpctrain::cli::run_doctor(rest);
   if (command == "docs") return hpctrain::cli::run_docs(rest);
+  if (command == "trace") return hpctrain::cli::run_trace(rest);
   throw hpctrain::ConfigError("unknown command '" + command +
-                              "' (commands: train, eval, generate, prepare, data, ckpt, bench, doctor, docs; see hpctrain --help)");
+                              "' (commands: train, eval, generate, prepare, data, ckpt, bench, doctor, trace, docs; see hpctrain --help)");
 }
 
 }  // namespace

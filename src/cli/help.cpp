@@ -30,6 +30,7 @@ std::string usage() {
          "  ckpt      inspect, verify or export a checkpoint (hpctrain ckpt --help)\n"
          "  bench     measure a part on its own (hpctrain bench data --help)\n"
          "  doctor    check ranks, GPUs, communication, run.dir and data (run it like train)\n"
+         "  trace     join the ranks' timelines of log.trace_steps (hpctrain trace merge RUN_DIR)\n"
          "  docs      print generated documentation (hpctrain docs options)\n\n"
          "options:\n"
          "  -h, --help   this text; `hpctrain <command> --help` for one command\n"

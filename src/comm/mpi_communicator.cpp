@@ -14,6 +14,7 @@
 
 #include "bootstrap_impl.h"
 #include "hpctrain/core/activity.h"
+#include "hpctrain/core/trace.h"
 #include "mpi_check.h"
 #include "rank_watch.h"
 
@@ -81,6 +82,9 @@ class StagedWork final : public Work {
 struct Task {
   std::function<void()> run;
   std::string what;  // "MPI allreduce of 1024 elements", for errors
+  const char* op = "";       // "allreduce": the span on the timeline (core/trace.h)
+  std::int64_t bytes = 0;
+  std::int64_t bucket = -1;  // the gradient bucket it reduces, or -1
   std::mutex mutex;
   std::condition_variable finished;
   bool done = false;
@@ -104,6 +108,7 @@ struct MpiCommunicator::State {
   std::thread worker;
 
   void serve() {
+    trace::name_thread("comm");
     while (true) {
       std::shared_ptr<Task> task;
       {
@@ -115,6 +120,8 @@ struct MpiCommunicator::State {
         running = true;
       }
       try {
+        const trace::Span span(task->op, {task->bucket >= 0 ? trace::Arg{"bucket", task->bucket} : trace::Arg{},
+                                          {"bytes", task->bytes}});
         task->run();
       } catch (...) {
         task->error = std::current_exception();
@@ -150,8 +157,12 @@ struct MpiCommunicator::State {
     if (queued) changed.notify_one();
   }
 
-  std::shared_ptr<Task> submit(std::string what, std::function<void()> run) {
+  std::shared_ptr<Task> submit(const char* op, const at::Tensor& tensor, std::string what,
+                               std::function<void()> run) {
     auto task = std::make_shared<Task>();
+    task->op = op;
+    task->bytes = tensor.defined() ? static_cast<std::int64_t>(tensor.nbytes()) : 0;
+    task->bucket = trace::BucketScope::current();
     task->what = std::move(what) + " (collective #" + std::to_string(activity::count_collective()) + " of this rank)";
     task->run = std::move(run);
     {
@@ -269,7 +280,7 @@ std::unique_ptr<Work> MpiCommunicator::allreduce(at::Tensor& tensor, ReduceOp op
     at::Tensor host = tensor.cpu();
     return std::make_unique<StagedWork>(allreduce(host, op), tensor, host);
   }
-  auto task = state_->submit("MPI allreduce of " + std::to_string(tensor.numel()) + " elements",
+  auto task = state_->submit("allreduce", tensor, "MPI allreduce of " + std::to_string(tensor.numel()) + " elements",
                              allreduce_call(tensor, op));
   return std::make_unique<MpiWork>(std::move(task), state_->timeout_s);
 }
@@ -298,6 +309,7 @@ void MpiCommunicator::allreduce_blocking(at::Tensor& tensor, ReduceOp op) {
   activity::count_collective();  // as submit() does: the rank watch compares the counts
   activity::set_limit(activity::Kind::kInCollective, state_->timeout_s, "dist.timeout_s");
   const activity::Scope in_collective(activity::Kind::kInCollective);
+  const trace::Span span("allreduce", {{"bytes", static_cast<std::int64_t>(tensor.nbytes())}});
   allreduce_call(tensor, op)();
 }
 
@@ -309,7 +321,7 @@ std::unique_ptr<Work> MpiCommunicator::broadcast(at::Tensor& tensor, int root) {
   }
   MPI_Comm comm = state_->comm;
   const MPI_Datatype type = mpi_type(tensor, state_->sixteen);
-  auto task = state_->submit("MPI broadcast from rank " + std::to_string(root), [tensor, root, comm, type] {
+  auto task = state_->submit("broadcast", tensor, "MPI broadcast from rank " + std::to_string(root), [tensor, root, comm, type] {
     HT_MPI_CHECK(MPI_Bcast(tensor.data_ptr(), static_cast<int>(tensor.numel()), type, root, comm));
   });
   return std::make_unique<MpiWork>(std::move(task), state_->timeout_s);
@@ -330,7 +342,7 @@ std::unique_ptr<Work> MpiCommunicator::allgather(const at::Tensor& input, at::Te
   MPI_Comm comm = state_->comm;
   const MPI_Datatype type = mpi_type(send, state_->sixteen);
   const bool in_place = is_chunk_of(send, output, rank_);
-  auto task = state_->submit("MPI allgather of " + std::to_string(send.numel()) + " elements per rank",
+  auto task = state_->submit("allgather", output, "MPI allgather of " + std::to_string(send.numel()) + " elements per rank",
                              [send, output, comm, type, in_place] {
                                const auto count = static_cast<int>(send.numel());
                                HT_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send.data_ptr(), count, type,
@@ -358,7 +370,7 @@ std::unique_ptr<Work> MpiCommunicator::reduce_scatter(const at::Tensor& input, a
   const MPI_Op sum = state_->sum_op(send);
   const bool in_place = is_chunk_of(output, send, rank_);
   auto task = state_->submit(
-      "MPI reduce_scatter of " + std::to_string(output.numel()) + " elements per rank",
+      "reduce_scatter", input, "MPI reduce_scatter of " + std::to_string(output.numel()) + " elements per rank",
       [send, output, scale, comm, type, sum, in_place] {
         const auto count = static_cast<int>(output.numel());
         if (in_place) {
@@ -376,7 +388,7 @@ std::unique_ptr<Work> MpiCommunicator::reduce_scatter(const at::Tensor& input, a
 
 void MpiCommunicator::barrier() {
   MPI_Comm comm = state_->comm;
-  auto task = state_->submit("MPI barrier", [comm] { HT_MPI_CHECK(MPI_Barrier(comm)); });
+  auto task = state_->submit("barrier", at::Tensor(), "MPI barrier", [comm] { HT_MPI_CHECK(MPI_Barrier(comm)); });
   MpiWork(std::move(task), state_->timeout_s).wait();
 }
 

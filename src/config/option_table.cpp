@@ -102,6 +102,17 @@ Rule<std::string> not_empty() {
           }};
 }
 
+Rule<std::string> step_range() {
+  return {"A-B with 1 <= A <= B, or empty", [](const std::string& v) {
+            try {
+              parse_step_range(v);
+              return std::string();
+            } catch (const ConfigError& error) {
+              return std::string(error.what());
+            }
+          }};
+}
+
 Rule<std::string> int_list() {
   return {"comma-separated integers >= 1", [](const std::string& v) {
             std::stringstream in(v);
@@ -531,10 +542,33 @@ std::vector<Option> build_table() {
           "Rank 0 also writes every metrics.jsonl number and the resolved config to a TensorBoard "
           "event file in <run.dir>/tensorboard/ (tensorboard --logdir RUN_DIR); a resumed run "
           "continues it. docs/monitoring.md."),
+      row("log.trace_steps", &C::log, &LogConfig::trace_steps, "",
+          "A-B: every rank writes a timeline of optimizer steps A to B (data wait, forward, "
+          "backward, each bucket's reduction, the update, checkpoints, evaluation) to "
+          "<run.dir>/trace/rank-<r>.json for Perfetto or chrome://tracing; `hpctrain trace merge "
+          "RUN_DIR` joins the ranks. Empty: no timeline. docs/monitoring.md.",
+          step_range()),
   };
 }
 
 }  // namespace
+
+StepRange parse_step_range(const std::string& text) {
+  if (text.empty()) return {};
+  const size_t dash = text.find('-');
+  StepRange range;
+  try {
+    if (dash == std::string::npos) throw ConfigError("");
+    range.first = parse_int(text.substr(0, dash));
+    range.last = parse_int(text.substr(dash + 1));
+  } catch (const ConfigError&) {
+    throw ConfigError("'" + text + "' is not a step range A-B (e.g. 20-25)");
+  }
+  if (range.first < 1 || range.last < range.first) {
+    throw ConfigError("'" + text + "' must be A-B with 1 <= A <= B");
+  }
+  return range;
+}
 
 const char* type_name(OptionType type) {
   switch (type) {

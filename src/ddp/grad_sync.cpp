@@ -14,6 +14,7 @@
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
+#include "hpctrain/core/trace.h"
 #include "hpctrain/ddp/bucket_plan.h"
 #include "hpctrain/ddp/shard_plan.h"
 
@@ -211,6 +212,7 @@ struct GradSync::State {
     } else if (!wire[b].is_same(buffers[b])) {
       wire[b].copy_(buffers[b]);
     }
+    const trace::BucketScope labelled(static_cast<std::int64_t>(b));  // the comm thread's span names it
     works[b] = sharded() ? comm.reduce_scatter(wire[b], shard_wire[b], comm::ReduceOp::kAvg)
                          : comm.allreduce(wire[b], comm::ReduceOp::kAvg);
     if (releases()) finish_completed(b);

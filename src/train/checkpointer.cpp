@@ -14,6 +14,7 @@
 #include "hpctrain/core/activity.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/timer.h"
+#include "hpctrain/core/trace.h"
 #include "hpctrain/core/version.h"
 #include "hpctrain/model/lora.h"
 #include "hpctrain/train/lora_base.h"
@@ -95,6 +96,7 @@ std::string Checkpointer::save(Step& step, const RunPosition& at, const BestEval
   // Waiting for the other ranks has no limit of its own (a rank that dies or freezes is found by
   // the rank watch); rank 0's write has one, ckpt.write_timeout_s (Note [Rank watch]).
   const activity::Scope waiting(activity::Kind::kCheckpointWait);
+  const trace::Span span("checkpoint");
   const Timer blocked;
   // With ckpt.async, rank 0 first waits for its previous write while the others wait for it in
   // the gathering, on the control plane, where nothing but rank 0's own limit times them out.
@@ -115,6 +117,8 @@ std::string Checkpointer::save(Step& step, const RunPosition& at, const BestEval
       auto copy = std::make_shared<const ckpt::Checkpoint>(ckpt::host_copy(checkpoint));
       path = ckpt::checkpoint_path(dir, at.step);
       writer_.start([copy, dir, keep_last, best, waited = blocked.elapsed_s()] {
+        trace::name_thread("checkpoint");
+        const trace::Span background_write("checkpoint write");
         commit_checkpoint(dir, *copy, best, keep_last, waited);
       });
     } else {

@@ -10,6 +10,7 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/timer.h"
+#include "hpctrain/core/trace.h"
 #include "hpctrain/core/units.h"
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/model/batch_norm.h"
@@ -95,7 +96,10 @@ StepResult Step::run(const std::vector<data::Batch>& micro_batches, const StepPl
     forward_backward(micro_batches[j], j + 1 == micro_batches.size(), step_real, result);
   }
   const Timer reducing;
-  update_->reduce_gradients();
+  {
+    const trace::Span span("gradient wait");
+    update_->reduce_gradients();
+  }
   result.comm_s = reducing.elapsed_s();
   // Averaged gradients are equal on every rank, so every rank decides alike; with loss scaling a
   // non-finite step is an overflow.
@@ -106,6 +110,7 @@ StepResult Step::run(const std::vector<data::Batch>& micro_batches, const StepPl
   result.action = skipped_.after_step(result.finite);
   if (result.action == NonfiniteAction::kAbort) return result;  // the run stops at the last good state
   if (loss_scaler_) loss_scaler_->update(result.finite);
+  const trace::Span span("optimizer");
   if (result.finite) result.grad_norm = update_->clip(config_.optim.clip_grad_norm, plan.want_grad_norm);
   update_->update(plan.lr, /*apply=*/result.finite);
   ++count_;
@@ -116,14 +121,21 @@ StepResult Step::run(const std::vector<data::Batch>& micro_batches, const StepPl
 void Step::forward_backward(const data::Batch& batch, bool last_micro_batch, std::int64_t step_real,
                             StepResult& result) {
   at::Tensor logits;
+  at::Tensor losses;
   {
-    const model::AutocastScope autocast(device_.type(), model::autocast_dtype(config_.train.precision));
-    logits = forward(batch.input);
+    const trace::Span span("forward");
+    {
+      const model::AutocastScope autocast(device_.type(), model::autocast_dtype(config_.train.precision));
+      logits = forward(batch.input);
+    }
+    losses = per_sample_loss(logits, batch.target, config_.train.label_smoothing);
   }
-  const at::Tensor losses = per_sample_loss(logits, batch.target, config_.train.label_smoothing);
   update_->begin_backward(last_micro_batch);
   const at::Tensor loss = step_loss(losses, batch.weight, comm_.size(), step_real);
-  (loss_scaler_ ? loss * loss_scaler_->scale() : loss).backward();
+  {
+    const trace::Span span("backward");
+    (loss_scaler_ ? loss * loss_scaler_->scale() : loss).backward();
+  }
   result.loss_sum += (losses.detach() * batch.weight).sum();
   result.samples += static_cast<double>(batch.real);
 }

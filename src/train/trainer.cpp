@@ -3,10 +3,13 @@
 
 #include <torch/torch.h>
 
+#include <filesystem>
+
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/activity.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
+#include "hpctrain/core/trace.h"
 #include "hpctrain/train/global_batch.h"
 #include "hpctrain/train/lr_schedule.h"
 #include "hpctrain/train/train_state.h"
@@ -49,6 +52,7 @@ TrainSummary Trainer::run() {
     run_dir_.write_config(config_text);
     if (setup_.config.log.tensorboard) metrics_.start_tensorboard(run_dir_.tensorboard_dir(), step_.count(), config_text);
   }
+  start_timeline();
   const std::int64_t start_epoch = epoch_;
   const std::int64_t start_cursor = cursor_;
   std::optional<EvalResult> last_eval;
@@ -63,6 +67,19 @@ TrainSummary Trainer::run() {
     if (setup_.config.ckpt.keep_best && last_eval && evaluation_.improved()) save_checkpoint(/*best=*/true);
   }
   return finish(last_eval);
+}
+
+// log.trace_steps: every rank records its timeline of those steps (core/trace.h).
+void Trainer::start_timeline() {
+  const config::StepRange range = config::parse_step_range(setup_.config.log.trace_steps);
+  if (range.empty()) return;
+  const std::string path = run_dir_.trace_path(control_.world_rank());
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error("log.trace_steps: cannot create " + dir.string() + ": " + ec.message());
+  trace::name_thread("train");
+  trace::start(path, control_.world_rank(), range.first, range.last);
 }
 
 // The data's plan at this world size, the global batch and the learning rate's schedule.
@@ -102,7 +119,12 @@ bool Trainer::train_epoch(std::int64_t epoch, std::int64_t cursor) {
     const std::int64_t next = step_.count() + 1;
     const bool last = policy_.is_last(next, reader.taken() + 1 == reader.steps());
     const activity::Scope stepping(activity::Kind::kStep);
-    const data::StepInput input = reader.next();
+    trace::begin_step(next);
+    const trace::Span step_span("step", {{"step", next}});
+    const data::StepInput input = [&] {
+      const trace::Span span("data wait");
+      return reader.next();
+    }();
     const StepPlan plan{lr_at(setup_.config.optim, peak_lr_, step_.count(), total_steps_), policy_.records(next, last)};
     const StepResult result = step_.run(input.micro_batches, plan);
     if (!after_step(result, input, reader, epoch, last)) return false;
@@ -155,6 +177,7 @@ void Trainer::record(const StepResult& result, const data::EpochReader& reader, 
 std::optional<EvalResult> Trainer::evaluate(std::int64_t epoch) {
   if (!evaluation_.enabled()) return std::nullopt;
   const activity::Scope evaluating(activity::Kind::kEvaluation);
+  const trace::Span span("evaluation");
   step_.sync_buffers();
   return evaluation_.run(step_.model(), epoch, step_.count());
 }
@@ -213,6 +236,7 @@ TrainSummary Trainer::finish(std::optional<EvalResult> last_eval) {
     summary.checkpoint = checkpoint_of_position();
   }
   checkpointer_.finish();
+  trace::finish();
   return summary;
 }
 

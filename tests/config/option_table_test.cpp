@@ -56,6 +56,19 @@ TEST(OptionTable, DataPathIsRequired) {
   EXPECT_TRUE(option->required());
 }
 
+TEST(OptionTable, TraceStepsIsARangeOfSteps) {
+  EXPECT_TRUE(parse_step_range("").empty());
+  const StepRange range = parse_step_range("20-25");
+  EXPECT_EQ(range.first, 20);
+  EXPECT_EQ(range.last, 25);
+  EXPECT_EQ(parse_step_range("7-7").last, 7);
+  for (const char* wrong : {"20", "25-20", "0-3", "-3", "a-b", "3-", "1-2-3"}) {
+    EXPECT_THROW(parse_step_range(wrong), ConfigError) << wrong;
+  }
+  const Option* option = find_option("log.trace_steps");
+  ASSERT_NE(option, nullptr);
+}
+
 TEST(OptionTable, MarkdownListsEveryOption) {
   const std::string markdown = options_markdown();
   for (const auto& option : option_table()) {

@@ -6,7 +6,8 @@
 #  2. the printed line, eval'ed with mpirun replaced by a function that prints its argv, passes
 #     arguments with spaces, quotes and empty values through unchanged;
 #  3. an unknown option is one `run-local: error:` line and exit 2;
-#  4. a real 3-step training run on 2 ranks through the script exits 0 with a checkpoint.
+#  4. a real 3-step training run on 2 ranks through the script exits 0 with a checkpoint;
+#  5. --interactive: refused without a terminal; piped answers through a pty (script); tmux keys.
 #   tests/jobs/run_local_test.sh SOURCE_DIR HPCTRAIN_BINARY
 set -uo pipefail
 
@@ -74,4 +75,50 @@ out=$("$script" --bogus train 2>&1); status=$?
    --data.eval_split=) > "$work/train.log" 2>&1 || fail "the real run exited $?: $(cat "$work/train.log")"
 grep -q "^run-local: .*mpirun -np 2 " "$work/train.log" || fail "the real run did not print its command line"
 [ -f "$work/run/checkpoints/ckpt-3.h5" ] || fail "the real run left no checkpoints/ckpt-3.h5"
-echo "run_local_test: GPU/CPU rank choice, --np, quoting round-trip, usage error and a 2-rank run all pass"
+
+# 5. --interactive: refused without a terminal; answered through a pty (script) from a pipe, with
+# wrong answers asked again, and in tmux, key by key. The binary is a stub that says its rank and
+# arguments, so "runs it" is seen without training.
+out=$("$script" --interactive --binary "$bin" < /dev/null 2>&1); status=$?
+{ [ "$status" -eq 2 ] && [ "$(wc -l <<< "$out")" -eq 1 ] && [[ "$out" == "run-local: error: --interactive"* ]]; } ||
+  fail "--interactive without a terminal: exit $status, not one error line: $out"
+stub="$work/stub-hpctrain"
+# shellcheck disable=SC2016  # the stub expands them
+printf '#!/bin/sh\necho "stub rank $OMPI_COMM_WORLD_RANK: $*"\n' > "$stub" && chmod +x "$stub"
+interactive="RUN_LOCAL_GPUS=0 RUN_LOCAL_CORES=2 $script --interactive --binary $stub"
+out=$(printf '9\n1\n2\nsqrt\n\nfp16\nbf16\n%s\ny\n' "$work/irun" | script -qec "$interactive" /dev/null)
+status=$?
+[ "$status" -eq 0 ] || fail "--interactive with piped answers exited $status: $out"
+for expected in "is neither a number from 1 to" "fp16 needs a GPU" "mpirun -np 2 " \
+                "--config $source_dir/configs/fashion_cnn.ini --optim.lr_scaling=sqrt --optim.base_batch=64 --train.precision=bf16 --run.dir=$work/irun" \
+                "stub rank 0: train --train.threads=1 --config" "stub rank 1: train"; do
+  [[ "$out" == *"$expected"* ]] || fail "--interactive with piped answers did not print '$expected': $out"
+done
+out=$(printf '\n\n\n\n\nn\n' | script -qec "$interactive" /dev/null) || fail "--interactive, declined: exit $?: $out"
+{ [[ "$out" == *"run-local: not run"* ]] && [[ "$out" != *"stub rank"* ]]; } || fail "--interactive ran a declined command: $out"
+
+command -v tmux > /dev/null || fail "tmux is not installed (jobs/install-deps.sh installs it)"
+socket="hpctrain-run-local-test-$$"
+tmux_pane() { tmux -L "$socket" capture-pane -p -t ask; }
+wait_for() {  # TEXT: until the pane shows it, at most 20 s
+  for _ in $(seq 200); do tmux_pane | grep -qF -- "$1" && return 0; sleep 0.1; done
+  fail "tmux: '$1' never appeared: $(tmux_pane)"
+}
+unset TMUX
+tmux -L "$socket" new-session -d -s ask -x 250 -y 60 "$interactive; echo \$? > $work/tmux-exit; sleep 60" ||
+  fail "tmux did not start"
+trap 'tmux -L "$socket" kill-server 2> /dev/null; rm -rf "$work"' EXIT
+for step in "config (a number:5" "ranks (processes:1" "learning-rate scaling:" "precision (:fp32" \
+            "run directory:$work/trun" "run it?:y"; do
+  wait_for "${step%%:*}"
+  [ -z "${step#*:}" ] || tmux -L "$socket" send-keys -t ask -l "${step#*:}"
+  tmux -L "$socket" send-keys -t ask Enter
+done
+for _ in $(seq 200); do [ -s "$work/tmux-exit" ] && break; sleep 0.1; done
+pane=$(tmux_pane)
+[ "$(cat "$work/tmux-exit" 2> /dev/null)" = 0 ] || fail "--interactive in tmux did not exit 0: $pane"
+for expected in "mpirun -np 1 " "configs/mlp.ini --optim.lr_scaling=none --train.precision=fp32 --run.dir=$work/trun" \
+                "stub rank 0: train"; do
+  [[ "$pane" == *"$expected"* ]] || fail "--interactive in tmux did not show '$expected': $pane"
+done
+echo "run_local_test: GPU/CPU rank choice, --np, quoting round-trip, usage error, a 2-rank run and --interactive all pass"

@@ -17,6 +17,7 @@ int run_data(const Args& args);
 int run_ckpt(const Args& args);
 int run_bench(const Args& args);
 int run_doctor(const Args& args);
+int run_trace(const Args& args);
 int run_docs(const Args& args);
 
 // Top-level --help and --version.

@@ -205,7 +205,17 @@ struct LogConfig {
   LogLevel level = LogLevel::kInfo;
   bool all_ranks = false;
   bool tensorboard = true;  // <run.dir>/tensorboard/events.out.tfevents.*
+  std::string trace_steps;  // "A-B": each rank's timeline of steps A..B in <run.dir>/trace/
 };
+
+// Optimizer steps first..last, inclusive, counted from 1; {0, 0} is none.
+struct StepRange {
+  std::int64_t first = 0;
+  std::int64_t last = 0;
+  bool empty() const { return last == 0; }
+};
+// "A-B" (1 <= A <= B) or "" as a StepRange; throws ConfigError saying what is wrong.
+StepRange parse_step_range(const std::string& text);
 
 struct Config {
   RunConfig run;

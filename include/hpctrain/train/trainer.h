@@ -82,6 +82,7 @@ class Trainer {
 
  private:
   void plan_run();
+  void start_timeline();
   bool train_epoch(std::int64_t epoch, std::int64_t cursor);
   bool after_step(const StepResult& result, const data::StepInput& input, const data::EpochReader& reader,
                   std::int64_t epoch, bool last);

@@ -12,6 +12,7 @@
 #include "hpctrain/core/activity.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
+#include "hpctrain/core/trace.h"
 #include "../rank_watch.h"
 
 #define HT_CUDA_CHECK(call)                                                              \
@@ -76,10 +77,15 @@ ncclDataType_t nccl_type(const at::Tensor& tensor) {
 // compute (legacy default) stream wait for it and polls on the host for errors and the timeout.
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<NcclCommunicator::State> state, cudaEvent_t done, std::string what)
+  NcclWork(std::shared_ptr<NcclCommunicator::State> state, cudaEvent_t done, const char* op, std::int64_t bytes,
+           std::string what)
       : state_(std::move(state)),
         done_(done),
-        what_(std::move(what) + " (collective #" + std::to_string(activity::count_collective()) + " of this rank)") {}
+        what_(std::move(what) + " (collective #" + std::to_string(activity::count_collective()) + " of this rank)"),
+        op_(op),
+        bytes_(bytes),
+        bucket_(trace::BucketScope::current()),
+        issued_us_(trace::recording() ? trace::now_us() : -1) {}
   ~NcclWork() override { cudaEventDestroy(done_); }
 
   bool is_completed() override { return cudaEventQuery(done_) == cudaSuccess; }
@@ -106,12 +112,21 @@ class NcclWork final : public Work {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
     HT_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, done_, 0));
+    // No host thread runs it: the span is the host's view, from the issue to the wait's end.
+    if (issued_us_ >= 0) {
+      trace::add_span("nccl (issue to wait)", op_, issued_us_, trace::now_us(),
+                      {bucket_ >= 0 ? trace::Arg{"bucket", bucket_} : trace::Arg{}, {"bytes", bytes_}});
+    }
   }
 
  private:
   std::shared_ptr<NcclCommunicator::State> state_;
   cudaEvent_t done_;
   std::string what_;
+  const char* op_;
+  std::int64_t bytes_;
+  std::int64_t bucket_;
+  double issued_us_;
 };
 
 void check_tensor(const at::Tensor& tensor, const char* op) {
@@ -181,6 +196,7 @@ std::unique_ptr<Work> NcclCommunicator::allreduce(at::Tensor& tensor, ReduceOp o
                               static_cast<size_t>(tensor.numel()), nccl_type(tensor), nccl_op,
                               state_->comm, state_->stream));
   return std::make_unique<NcclWork>(state_, record_done(state_->stream),
+                                    "allreduce", static_cast<std::int64_t>(tensor.nbytes()),
                                     "NCCL allreduce of " + std::to_string(tensor.numel()) + " elements");
 }
 
@@ -192,6 +208,7 @@ std::unique_ptr<Work> NcclCommunicator::broadcast(at::Tensor& tensor, int root) 
                               static_cast<size_t>(tensor.numel()), nccl_type(tensor), root,
                               state_->comm, state_->stream));
   return std::make_unique<NcclWork>(state_, record_done(state_->stream),
+                                    "broadcast", static_cast<std::int64_t>(tensor.nbytes()),
                                     "NCCL broadcast from rank " + std::to_string(root));
 }
 
@@ -207,6 +224,7 @@ std::unique_ptr<Work> NcclCommunicator::allgather(const at::Tensor& input, at::T
   HT_NCCL_CHECK(ncclAllGather(input.data_ptr(), output.data_ptr(), static_cast<size_t>(input.numel()),
                               nccl_type(input), state_->comm, state_->stream));
   return std::make_unique<NcclWork>(state_, record_done(state_->stream),
+                                    "allgather", static_cast<std::int64_t>(output.nbytes()),
                                     "NCCL allgather of " + std::to_string(input.numel()) + " elements per rank");
 }
 
@@ -224,6 +242,7 @@ std::unique_ptr<Work> NcclCommunicator::reduce_scatter(const at::Tensor& input, 
                                   nccl_type(input), op == ReduceOp::kAvg ? ncclAvg : ncclSum,
                                   state_->comm, state_->stream));
   return std::make_unique<NcclWork>(state_, record_done(state_->stream),
+                                    "reduce_scatter", static_cast<std::int64_t>(input.nbytes()),
                                     "NCCL reduce_scatter of " + std::to_string(output.numel()) +
                                         " elements per rank");
 }
@@ -233,7 +252,7 @@ void NcclCommunicator::barrier() {
   void* scratch = nullptr;
   HT_CUDA_CHECK(cudaMalloc(&scratch, sizeof(float)));
   HT_NCCL_CHECK(ncclAllReduce(scratch, scratch, 1, ncclFloat32, ncclSum, state_->comm, state_->stream));
-  NcclWork(state_, record_done(state_->stream), "NCCL barrier").wait();
+  NcclWork(state_, record_done(state_->stream), "barrier", 4, "NCCL barrier").wait();
   HT_CUDA_CHECK(cudaStreamSynchronize(state_->stream));
   cudaFree(scratch);
 }
