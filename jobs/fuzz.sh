@@ -4,7 +4,7 @@
 # crashing one to build/asan/fuzz/<target>/crash-*: copy it into tests/fuzz/regressions/<target>/
 # once fixed, and CTest replays it in every build (docs/reliability.md).
 #   jobs/fuzz.sh TARGET [--minutes N] [--jobs J]   TARGET: config | manifest | shard | checkpoint | importer
-#                                                  | layout | weights | tokenizer | tensorboard | timeline
+#                                                  | layout | weights | tokenizer | tensorboard | timeline | flight
 #   jobs/fuzz.sh TARGET --reseed                    rewrite the seeds the target's write_seeds makes
 #                                                   (other files of the corpus, such as the
 #                                                   original-format fixtures, are kept)
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 die() { echo "fuzz.sh: $*" >&2; exit 2; }
 target="${1:-}"
-case "$target" in config|manifest|shard|checkpoint|importer|layout|weights|tokenizer|tensorboard|timeline) ;; *) die "TARGET must be config, manifest, shard, checkpoint, importer, layout, weights, tokenizer, tensorboard or timeline" ;; esac
+case "$target" in config|manifest|shard|checkpoint|importer|layout|weights|tokenizer|tensorboard|timeline|flight) ;; *) die "TARGET must be config, manifest, shard, checkpoint, importer, layout, weights, tokenizer, tensorboard, timeline or flight" ;; esac
 shift
 minutes=10
 jobs=1

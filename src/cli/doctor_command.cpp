@@ -26,6 +26,7 @@
 #include "hpctrain/io/h5_file.h"
 #include "hpctrain/train/device.h"
 #include "hpctrain/train/preflight.h"
+#include "flight_report.h"
 #include "runtime.h"
 
 namespace hpctrain::cli {
@@ -35,7 +36,10 @@ namespace fs = std::filesystem;
 
 const char* const kUsage =
     "usage: [mpirun -np N | srun] hpctrain doctor [--config FILE] [--section.key=value ...]\n"
-    "                                            [--size-mb 64]\n\n"
+    "                                            [--size-mb 64]\n"
+    "       hpctrain doctor --flight RUN_DIR\n\n"
+    "--flight: summarises the flight recorder's dumps in RUN_DIR/flight (dist.flight_records): each\n"
+    "rank's last collective and why it dumped, and the first collective where the ranks disagree.\n\n"
     "Run it exactly as you would run `hpctrain train`. Rank 0 prints every rank's host, node-local\n"
     "rank and device, the versions of hpctrain and its libraries, and these checks:\n"
     "  world      every rank runs the same hpctrain and libtorch versions with the same config\n"
@@ -246,6 +250,11 @@ void print_check(const comm::Bootstrap& bootstrap, const Check& c) {
 int run_doctor(const Args& args) {
   if (wants_help(args)) {
     std::cout << kUsage;
+    return 0;
+  }
+  if (!args.empty() && args[0] == "--flight") {
+    if (args.size() != 2) throw ConfigError("doctor --flight: give one RUN_DIR (hpctrain doctor --flight RUN_DIR)");
+    report_flight(args[1], std::cout);
     return 0;
   }
   const std::vector<config::Flag> flags{{"size-mb", true, "MiB allreduced by the bandwidth check"}};

@@ -139,7 +139,8 @@ Ranks start_ranks(const RankStart& start) {
   }
   if (start.backend) {
     ranks.comm = comm::make_communicator(*start.backend, *ranks.bootstrap, start.use_cuda,
-                                         ranks.device.is_cuda() ? ranks.device.index() : 0, start.timeout_s);
+                                         ranks.device.is_cuda() ? ranks.device.index() : 0, start.timeout_s,
+                                         start.check_collectives);
   }
   return ranks;
 }
@@ -156,6 +157,7 @@ RankStart config_start(const config::Config& config, bool use_cuda) {
   start.allow_shared_gpu = config.dist.allow_shared_gpu;
   start.preflight = &config;
   start.backend = config.dist.backend;
+  start.check_collectives = config.dist.check_collectives;
   return start;
 }
 

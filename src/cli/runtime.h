@@ -32,6 +32,7 @@ struct RankStart {
   // check (bench).
   const config::Config* preflight = nullptr;
   std::optional<config::Backend> backend;  // the communicator to build, if any
+  bool check_collectives = false;          // dist.check_collectives
 };
 
 // What the ranks start with.

@@ -1,8 +1,12 @@
 // `hpctrain train`: parse and check everything, then start MPI, create the run directory, train.
+#include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <vector>
 
 #include "hpctrain/cli/commands.h"
+#include "hpctrain/comm/flight_recorder.h"
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/activity.h"
 #include "hpctrain/core/error.h"
@@ -54,10 +58,14 @@ int run_train(const Args& args) {
   const comm::Bootstrap* bootstrap = ranks.bootstrap.get();
   train::check_world_fits(setup, bootstrap->world_size());
   // From here a stop signal becomes a checkpoint and exit 75 at the next step boundary.
-  sys::install_stop_handlers(sys::parse_signal_list(config.ckpt.signals));
+  const std::vector<int> stop_signals = sys::parse_signal_list(config.ckpt.signals);
+  sys::install_stop_handlers(stop_signals);
   const train::RunDirectory run_dir(config.run.dir);
   if (bootstrap->world_rank() == 0) run_dir.create();
   bootstrap->barrier();
+  comm::flight::configure(config.dist.flight_records, run_dir.flight_dir(), bootstrap->world_rank(),
+                          config.dist.timeout_s);
+  comm::flight::handle_usr2(std::count(stop_signals.begin(), stop_signals.end(), SIGUSR2) > 0);
   log::add_file(run_dir.log_path(bootstrap->world_rank()));
   log_banner(*bootstrap, setup.threads);
   log::info("run directory {}", run_dir.root());

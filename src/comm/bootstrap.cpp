@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "bootstrap_impl.h"
+#include "hpctrain/comm/flight_recorder.h"
 #include "hpctrain/core/activity.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/system.h"
@@ -94,13 +95,15 @@ void Bootstrap::watch_ranks(double timeout_s) {
 
 bool Bootstrap::watching_ranks() const { return impl_->watch != nullptr; }
 
+// The control plane's collectives are counted and recorded as the data plane's
+// (comm/flight_recorder.h); sizes that differ between ranks by design are recorded as 0.
 void Bootstrap::barrier() const {
-  activity::count_collective();
+  const flight::Blocking recorded("barrier (control)", 0, "none");
   HT_MPI_CHECK(MPI_Barrier(impl_->world));
 }
 
 void Bootstrap::broadcast_bytes(std::vector<std::uint8_t>& bytes, int root) const {
-  activity::count_collective();
+  const flight::Blocking recorded("broadcast (control)", 0, "byte");
   unsigned long long size = bytes.size();
   HT_MPI_CHECK(MPI_Bcast(&size, 1, MPI_UNSIGNED_LONG_LONG, root, impl_->world));
   bytes.resize(size);
@@ -108,7 +111,7 @@ void Bootstrap::broadcast_bytes(std::vector<std::uint8_t>& bytes, int root) cons
 }
 
 std::vector<std::string> Bootstrap::allgather_string(const std::string& value) const {
-  activity::count_collective();
+  const flight::Blocking recorded("allgather (control)", 0, "char");
   const int n = topology_.world_size;
   int length = static_cast<int>(value.size());
   std::vector<int> lengths(n);
@@ -124,7 +127,7 @@ std::vector<std::string> Bootstrap::allgather_string(const std::string& value) c
 }
 
 bool Bootstrap::all_true(bool flag) const {
-  activity::count_collective();
+  const flight::Blocking recorded("allreduce (control)", sizeof(int), "int");
   int mine = flag ? 1 : 0;
   int all = 0;
   HT_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, impl_->world));
@@ -133,7 +136,7 @@ bool Bootstrap::all_true(bool flag) const {
 
 void Bootstrap::allreduce_sum(float* values, std::int64_t count) const {
   HT_CHECK(count <= std::numeric_limits<int>::max(), "allreduce_sum: more than INT_MAX floats");
-  activity::count_collective();
+  const flight::Blocking recorded("allreduce (control)", count * static_cast<std::int64_t>(sizeof(float)), "float");
   HT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
                              impl_->world));
 }

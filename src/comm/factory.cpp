@@ -111,9 +111,9 @@ void validate_backend(config::Backend backend, bool cuda) { resolve_backend(back
 
 std::unique_ptr<Communicator> make_communicator(config::Backend backend, Bootstrap& bootstrap,
                                                 bool cuda, [[maybe_unused]] int device_index,
-                                                double timeout_s) {
+                                                double timeout_s, bool check_collectives) {
   if (resolve_backend(backend, cuda) == config::Backend::kMpi) {
-    return std::make_unique<MpiCommunicator>(bootstrap, timeout_s);
+    return std::make_unique<MpiCommunicator>(bootstrap, timeout_s, check_collectives);
   }
 #if HT_WITH_NCCL
   return std::make_unique<NcclCommunicator>(bootstrap, device_index, timeout_s);

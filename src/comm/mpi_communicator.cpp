@@ -1,6 +1,7 @@
 #include "mpi_communicator.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -10,9 +11,11 @@
 #include <limits>
 #include <mutex>
 #include <sstream>
+#include <string>
 #include <thread>
 
 #include "bootstrap_impl.h"
+#include "hpctrain/comm/flight_recorder.h"
 #include "hpctrain/core/activity.h"
 #include "hpctrain/core/trace.h"
 #include "mpi_check.h"
@@ -78,10 +81,27 @@ class StagedWork final : public Work {
   at::Tensor host_;
 };
 
+// Note [Checked collectives]: MPI pairs the ranks' collectives by their order alone. A rank that
+// skips one, or issues another size, makes the rest pair up unlike (which MPI does not always
+// detect: it may hang, or write past a buffer). With dist.check_collectives, before each one the
+// ranks allreduce its number, operation and size, as minimum and maximum in one call; where they
+// differ, every rank throws before the unlike collective runs, and the flight recorder's message
+// names the ranks (comm/flight_recorder.h).
+void check_same_collective(MPI_Comm comm, std::int64_t number, const char* op, std::int64_t bytes) {
+  const auto op_code = static_cast<std::int64_t>(std::hash<std::string>{}(op) & 0xffffffff);
+  std::int64_t values[6] = {number, op_code, bytes, -number, -op_code, -bytes};  // min, and max as -min(-x)
+  HT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, 6, MPI_INT64_T, MPI_MIN, comm));
+  if (values[0] == -values[3] && values[1] == -values[4] && values[2] == -values[5]) return;
+  throw CommError(fmt::format("dist.check_collectives: the ranks issue different collectives where this rank "
+                              "issues #{} ({} of {} bytes); numbers range {}..{}, sizes {}..{}",
+                              number, op, bytes, values[0], -values[3], values[2], -values[5]));
+}
+
 // One queued collective: what to run, and how it ended.
 struct Task {
   std::function<void()> run;
   std::string what;  // "MPI allreduce of 1024 elements", for errors
+  std::int64_t number = 0;   // this rank's collective number (comm/flight_recorder.h)
   const char* op = "";       // "allreduce": the span on the timeline (core/trace.h)
   std::int64_t bytes = 0;
   std::int64_t bucket = -1;  // the gradient bucket it reduces, or -1
@@ -105,6 +125,7 @@ struct MpiCommunicator::State {
   bool stop = false;
   bool running = false;  // a collective is in MPI, on the worker or (blocking) the caller's thread
   bool watched = false;  // a rank watch ends the job when a blocking collective hangs
+  bool check_collectives = false;
   std::thread worker;
 
   void serve() {
@@ -119,13 +140,16 @@ struct MpiCommunicator::State {
         queue.pop_front();
         running = true;
       }
+      flight::start(task->number);
       try {
         const trace::Span span(task->op, {task->bucket >= 0 ? trace::Arg{"bucket", task->bucket} : trace::Arg{},
                                           {"bytes", task->bytes}});
+        if (check_collectives) check_same_collective(comm, task->number, task->op, task->bytes);
         task->run();
       } catch (...) {
         task->error = std::current_exception();
       }
+      flight::end(task->number, task->error == nullptr);
       {
         const std::lock_guard<std::mutex> lock(mutex);
         running = false;
@@ -163,7 +187,8 @@ struct MpiCommunicator::State {
     task->op = op;
     task->bytes = tensor.defined() ? static_cast<std::int64_t>(tensor.nbytes()) : 0;
     task->bucket = trace::BucketScope::current();
-    task->what = std::move(what) + " (collective #" + std::to_string(activity::count_collective()) + " of this rank)";
+    task->number = flight::issue(op, task->bytes, tensor.defined() ? c10::toString(tensor.scalar_type()) : "none");
+    task->what = std::move(what) + " (collective #" + std::to_string(task->number) + " of this rank)";
     task->run = std::move(run);
     {
       const std::lock_guard<std::mutex> lock(mutex);
@@ -175,6 +200,13 @@ struct MpiCommunicator::State {
 };
 
 namespace {
+
+// A collective that needs no waiting: one a fault left out.
+class CompletedWork final : public Work {
+ public:
+  void wait() override {}
+  bool is_completed() override { return true; }
+};
 
 class MpiWork final : public Work {
  public:
@@ -206,8 +238,9 @@ class MpiWork final : public Work {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(Bootstrap& bootstrap, double timeout_s)
+MpiCommunicator::MpiCommunicator(Bootstrap& bootstrap, double timeout_s, bool check_collectives)
     : state_(std::make_shared<State>()) {
+  state_->check_collectives = check_collectives;
   // A communicator of our own, so gradient traffic never matches control-plane messages.
   HT_MPI_CHECK(MPI_Comm_dup(bootstrap.impl().world, &state_->comm));
   HT_MPI_CHECK(MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN));
@@ -280,6 +313,16 @@ std::unique_ptr<Work> MpiCommunicator::allreduce(at::Tensor& tensor, ReduceOp op
     at::Tensor host = tensor.cpu();
     return std::make_unique<StagedWork>(allreduce(host, op), tensor, host);
   }
+  switch (activity::collective_fault(activity::next_collective())) {  // HPCTRAIN_FAULT, for the tests
+    case activity::CollectiveFault::kSkip:
+      return std::make_unique<CompletedWork>();
+    case activity::CollectiveFault::kResize: {
+      at::Tensor shorter = tensor.view({-1}).narrow(0, 0, tensor.numel() - 1);
+      return allreduce(shorter, op);
+    }
+    case activity::CollectiveFault::kNone:
+      break;
+  }
   auto task = state_->submit("allreduce", tensor, "MPI allreduce of " + std::to_string(tensor.numel()) + " elements",
                              allreduce_call(tensor, op));
   return std::make_unique<MpiWork>(std::move(task), state_->timeout_s);
@@ -306,7 +349,12 @@ void MpiCommunicator::allreduce_blocking(at::Tensor& tensor, ReduceOp op) {
     ~Release() { state.release(); }
   } release{*state_};
   check_tensor(tensor, "allreduce");
-  activity::count_collective();  // as submit() does: the rank watch compares the counts
+  // As submit() does: the rank watch compares the counts, the flight recorder keeps the call.
+  const flight::Blocking recorded("allreduce", static_cast<std::int64_t>(tensor.nbytes()),
+                                  c10::toString(tensor.scalar_type()));
+  if (state_->check_collectives) {
+    check_same_collective(state_->comm, recorded.number(), "allreduce", static_cast<std::int64_t>(tensor.nbytes()));
+  }
   activity::set_limit(activity::Kind::kInCollective, state_->timeout_s, "dist.timeout_s");
   const activity::Scope in_collective(activity::Kind::kInCollective);
   const trace::Span span("allreduce", {{"bytes", static_cast<std::int64_t>(tensor.nbytes())}});

@@ -25,7 +25,8 @@ namespace hpctrain::comm {
 class MpiCommunicator final : public Communicator {
  public:
   // Collective. A Work not completed within `timeout_s` throws CommError from wait().
-  MpiCommunicator(Bootstrap& bootstrap, double timeout_s);
+  // `check_collectives`: Note [Checked collectives] in the .cpp.
+  MpiCommunicator(Bootstrap& bootstrap, double timeout_s, bool check_collectives = false);
   ~MpiCommunicator() override;
 
   std::string backend() const override { return "mpi"; }

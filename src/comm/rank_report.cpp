@@ -2,9 +2,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "hpctrain/core/activity.h"
 
 namespace hpctrain::comm {
+
+// Below a second, a loaded machine's scheduling alone could look like silence.
+double silence_limit_s(double timeout_s) { return std::max(timeout_s, 1.0); }
+
+double beat_period_s(double timeout_s) { return std::clamp(silence_limit_s(timeout_s) / 10, 0.05, 2.0); }
 
 RankReport report_now(bool leaving) {
   const activity::Snapshot now = activity::now();

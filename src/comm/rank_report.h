@@ -20,6 +20,11 @@ struct RankReport {
 };
 static_assert(sizeof(RankReport) == 32, "RankReport travels as 32 raw bytes");
 
+// The silence after which the watch names a rank, and its beat: several per timeout, so one late
+// beat is never mistaken for silence.
+double silence_limit_s(double timeout_s);
+double beat_period_s(double timeout_s);
+
 // This rank's report now.
 RankReport report_now(bool leaving);
 

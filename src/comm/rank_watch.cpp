@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "hpctrain/comm/flight_recorder.h"
 #include "hpctrain/core/activity.h"
 #include "hpctrain/core/error.h"
 #include "mpi_check.h"
@@ -39,12 +40,6 @@ const char* why_stuck(activity::Kind kind) {
       return "it is stuck";
   }
 }
-
-// Below a second, a loaded machine's scheduling alone could look like silence.
-double silence_limit_s(double timeout_s) { return std::max(timeout_s, 1.0); }
-
-// Several beats per timeout, so one late beat is never mistaken for silence.
-double beat_period_s(double timeout_s) { return std::clamp(silence_limit_s(timeout_s) / 10, 0.05, 2.0); }
 
 double seconds_since(Clock::time_point then) { return std::chrono::duration<double>(Clock::now() - then).count(); }
 
@@ -103,7 +98,10 @@ class ReportExchange {
   bool finished_ = false;
 };
 
-[[noreturn]] void end_job(const Topology& topology, const std::string& message) {
+// Note [Flight recorder]: the message also says where the ranks' collectives parted.
+[[noreturn]] void end_job(const Topology& topology, const std::string& what) {
+  const std::string flight = flight::dump_everywhere_and_analyse(what, topology.world_size);
+  const std::string message = flight.empty() ? what : what + "; " + flight;
   std::fprintf(stderr, "hpctrain: error: [rank %d/%d %s] %s\n", topology.world_rank, topology.world_size,
                topology.hosts[static_cast<size_t>(topology.world_rank)].c_str(), message.c_str());
   std::fflush(stderr);
@@ -214,6 +212,7 @@ void RankWatch::State::watch() {
                                     timeout_s, last, describe(report_now(false))));
     }
     exchange->progress(comm, /*leaving=*/false);
+    flight::dump_if_asked();
     const activity::Snapshot mine = activity::now();
     const activity::Limit bound = activity::limit(mine.kind);
     if (bound.seconds > 0 && mine.seconds_in > std::max(bound.seconds, 1.0)) {

@@ -476,6 +476,19 @@ std::vector<Option> build_table() {
           "stopped (dead or frozen; at least 1 s) or that waited this long for its loader; a rank "
           "that never joined at start-up (docs/reliability.md).",
           positive()),
+      row("dist.flight_records", &C::dist, &DistConfig::flight_records, "2000",
+          "Collectives each rank remembers (number, operation, bytes, dtype, bucket, times, state). "
+          "On a collective timeout, a silent rank, a fatal error or SIGUSR2 every live rank writes "
+          "them to <run.dir>/flight/rank-<r>.json, and the message that ends the job names the first "
+          "collective where the ranks disagree; `hpctrain doctor --flight RUN_DIR` summarises the "
+          "files. 0: none kept. docs/reliability.md.",
+          at_least<I>(0)),
+      row("dist.check_collectives", &C::dist, &DistConfig::check_collectives, "false",
+          "Before each collective of the MPI communicator, the ranks check that they issue the same "
+          "one (number, operation, bytes), with one more small allreduce; a rank that differs ends "
+          "the job with the flight recorder's message instead of MPI pairing unlike collectives, "
+          "which may hang, corrupt memory or crash. For debugging a desync; dist.backend=nccl "
+          "does not check. docs/reliability.md."),
       row("dist.backend", &C::dist, &DistConfig::backend, "auto",
           "Gradient communication: auto picks nccl for CUDA tensors when built with NCCL, else "
           "mpi (which carries CUDA tensors through host memory)."),

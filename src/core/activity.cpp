@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <iterator>
 #include <string>
@@ -63,6 +64,32 @@ void inject_fault(const char* where) {
 }
 
 }  // namespace
+
+CollectiveFault collective_fault(std::int64_t number) {
+  static const char* const spec = std::getenv("HPCTRAIN_FAULT");
+  static std::atomic<bool> fired{false};
+  if (spec == nullptr || fired.load()) return CollectiveFault::kNone;
+  const std::string text(spec);
+  const auto at = text.find('@');
+  const auto colon = text.find(':', at == std::string::npos ? 0 : at);
+  if (at == std::string::npos || colon == std::string::npos) return CollectiveFault::kNone;
+  if (std::atoi(text.substr(at + 1, colon - at - 1).c_str()) != g_rank.load()) return CollectiveFault::kNone;
+  const std::string where = text.substr(colon + 1);
+  const std::string prefix = "collective#";
+  if (where.rfind(prefix, 0) != 0 || number < std::atoll(where.c_str() + prefix.size()) || fired.exchange(true)) {
+    return CollectiveFault::kNone;
+  }
+  std::fprintf(stderr, "hpctrain: HPCTRAIN_FAULT=%s fires at collective #%lld, unix time %.3f\n", spec,
+               static_cast<long long>(number),
+               std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  const std::string mode = text.substr(0, at);
+  if (mode == "sleep") {
+    while (true) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+  return mode == "skip" ? CollectiveFault::kSkip : mode == "resize" ? CollectiveFault::kResize : CollectiveFault::kNone;
+}
+
+std::int64_t next_collective() { return g_collectives.load() + 1; }
 
 const char* name(Kind kind) { return kNames[static_cast<int>(kind)]; }
 

@@ -66,9 +66,12 @@ void validate_backend(config::Backend backend, bool cuda);
 
 // Resolves kAuto for tensors on CUDA (`cuda`) or CPU and builds the communicator. Collective.
 // A collective that has not completed `timeout_s` after wait() began throws CommError there.
-// Throws ConfigError when the backend is unknown or unusable here, saying what to use instead.
+// `check_collectives` (dist.check_collectives): the MPI communicator checks that the ranks issue
+// the same collective before each one. Throws ConfigError when the backend is unknown or
+// unusable here, saying what to use instead.
 std::unique_ptr<Communicator> make_communicator(config::Backend backend, Bootstrap& bootstrap,
-                                                bool cuda, int device_index, double timeout_s = 300);
+                                                bool cuda, int device_index, double timeout_s = 300,
+                                                bool check_collectives = false);
 
 // NCCL's version as "2.28.9" when built with NCCL, else "".
 std::string nccl_version();

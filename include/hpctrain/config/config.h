@@ -184,6 +184,8 @@ struct DistConfig {
   std::int64_t check_replicas_every = 0;  // steps between parameter fingerprint checks; 0: never
   DeviceKind device = DeviceKind::kAuto;
   bool allow_shared_gpu = false;  // more ranks on a node than visible GPUs: share them round-robin
+  std::int64_t flight_records = 0;  // collectives each rank remembers for a hang's dump; 0: none
+  bool check_collectives = false;   // the ranks agree on each collective before it runs (MPI)
 };
 
 struct CkptConfig {

@@ -54,6 +54,16 @@ void set_step(std::int64_t step);
 // One more collective issued; returns its number (1, 2, ...).
 std::int64_t count_collective();
 
+// HPCTRAIN_FAULT=MODE@RANK:collective#N, for the flight recorder's tests: what world rank RANK
+// does to the first collective that asks, numbered N or later (counted as count_collective
+// counts), once, saying so on stderr with the time. kSkip: it never issues it; kResize: it issues
+// it one element short; sleep: it sleeps forever before issuing it (the call never returns).
+// The MPI communicator's allreduce asks (the gradient buckets' path on CPUs).
+enum class CollectiveFault { kNone, kSkip, kResize };
+CollectiveFault collective_fault(std::int64_t number);
+// The number the next collective will get (count_collective's next value).
+std::int64_t next_collective();
+
 // Enters `kind` from now on.
 void enter(Kind kind);
 // A place, not an activity, where HPCTRAIN_FAULT may strike (any thread): "checkpoint-write",

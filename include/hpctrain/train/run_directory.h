@@ -1,5 +1,5 @@
 // The layout of a run directory: config.ini, logs/rank-<r>.log, metrics.jsonl, checkpoints/,
-// tensorboard/, trace/rank-<r>.json.
+// tensorboard/, trace/rank-<r>.json, flight/rank-<r>.json.
 // Rank 0 creates it; every rank then knows where its files go. Depends on core only.
 #pragma once
 
@@ -16,6 +16,7 @@ class RunDirectory {
   std::string metrics_path() const { return root_ + "/metrics.jsonl"; }
   std::string tensorboard_dir() const { return root_ + "/tensorboard"; }
   std::string checkpoints_dir() const { return root_ + "/checkpoints"; }
+  std::string flight_dir() const { return root_ + "/flight"; }
   std::string trace_path(int world_rank) const {
     return root_ + "/trace/rank-" + std::to_string(world_rank) + ".json";
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hpctrain/comm/bootstrap.h"
+#include "hpctrain/comm/flight_recorder.h"
 #include "hpctrain/core/activity.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
@@ -77,15 +78,19 @@ ncclDataType_t nccl_type(const at::Tensor& tensor) {
 // compute (legacy default) stream wait for it and polls on the host for errors and the timeout.
 class NcclWork final : public Work {
  public:
+  // The flight recorder counts it issued and started (on NCCL's stream) at once.
   NcclWork(std::shared_ptr<NcclCommunicator::State> state, cudaEvent_t done, const char* op, std::int64_t bytes,
            std::string what)
       : state_(std::move(state)),
         done_(done),
-        what_(std::move(what) + " (collective #" + std::to_string(activity::count_collective()) + " of this rank)"),
+        number_(flight::issue(op, bytes, "device")),
+        what_(std::move(what) + " (collective #" + std::to_string(number_) + " of this rank)"),
         op_(op),
         bytes_(bytes),
         bucket_(trace::BucketScope::current()),
-        issued_us_(trace::recording() ? trace::now_us() : -1) {}
+        issued_us_(trace::recording() ? trace::now_us() : -1) {
+    flight::start(number_);
+  }
   ~NcclWork() override { cudaEventDestroy(done_); }
 
   bool is_completed() override { return cudaEventQuery(done_) == cudaSuccess; }
@@ -98,19 +103,23 @@ class NcclWork final : public Work {
       const cudaError_t rc = cudaEventQuery(done_);
       if (rc == cudaSuccess) break;
       if (rc != cudaErrorNotReady) {
+        flight::end(number_, false);
         state_->abort_and_throw(what_ + ": " + cudaGetErrorString(rc));
       }
       ncclResult_t async = ncclSuccess;
       if (state_->comm != nullptr) ncclCommGetAsyncError(state_->comm, &async);
       if (async != ncclSuccess) {
+        flight::end(number_, false);
         state_->abort_and_throw(what_ + ": " + ncclGetErrorString(async));
       }
       if (std::chrono::steady_clock::now() > deadline) {
+        flight::end(number_, false);
         state_->abort_and_throw(what_ + " did not complete within dist.timeout_s=" +
                                 std::to_string(state_->timeout_s) + " s" + RankWatch::lagging_rank_report());
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+    flight::end(number_, true);
     HT_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, done_, 0));
     // No host thread runs it: the span is the host's view, from the issue to the wait's end.
     if (issued_us_ >= 0) {
@@ -122,6 +131,7 @@ class NcclWork final : public Work {
  private:
   std::shared_ptr<NcclCommunicator::State> state_;
   cudaEvent_t done_;
+  std::int64_t number_;
   std::string what_;
   const char* op_;
   std::int64_t bytes_;
