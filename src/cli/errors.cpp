@@ -6,14 +6,19 @@
 #include "hpctrain/cli/commands.h"
 #include "hpctrain/comm/bootstrap.h"
 #include "hpctrain/comm/flight_recorder.h"
+#include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 
 namespace hpctrain::cli {
 
 void exit_with_error(const std::string& what, int exit_code) {
   const int world = comm::Bootstrap::running_world_size();
-  // Note [Flight recorder]: where the ranks' collectives parted, when the recorder runs.
-  const std::string flight = world > 0 ? comm::flight::dump_everywhere_and_analyse(what, world) : "";
+  // Note [Flight recorder]: for a failed collective or an internal error, where the ranks'
+  // collectives parted, when the recorder runs; a config, data or checkpoint error is not about them.
+  const bool collectives_matter = exit_code == static_cast<int>(ExitCode::kComm) ||
+                                  exit_code == static_cast<int>(ExitCode::kInternal);
+  const std::string flight =
+      world > 0 && collectives_matter ? comm::flight::dump_everywhere_and_analyse(what, world) : "";
   const std::string message = flight.empty() ? what : what + "; " + flight;
   if (world > 1) {
     // An error every rank meets (a bad checkpoint, a config that does not fit the world) would
