@@ -45,48 +45,67 @@ static_assert(kKinds == static_cast<size_t>(Kind::kFinishing) + 1 && std::size(k
 std::atomic<double> g_limit_s[kKinds] = {};
 std::atomic<const char*> g_limit_option[kKinds] = {};
 
-// HPCTRAIN_FAULT=MODE@RANK:WHERE, fired once, on this rank's first arrival at WHERE.
+// HPCTRAIN_FAULT=MODE@RANK:WHERE, parsed once; unset or without '@' and ':' it names no rank.
+struct FaultSpec {
+  std::string text;
+  std::string mode;
+  bool names_a_rank = false;
+  int rank = 0;
+  std::string where;
+};
+
+const FaultSpec& fault_spec() {
+  static const FaultSpec spec = [] {
+    FaultSpec parsed;
+    const char* text = std::getenv("HPCTRAIN_FAULT");
+    if (text == nullptr) return parsed;
+    parsed.text = text;
+    const auto at = parsed.text.find('@');
+    const auto colon = parsed.text.find(':', at == std::string::npos ? 0 : at);
+    if (at == std::string::npos || colon == std::string::npos) return parsed;
+    parsed.names_a_rank = true;
+    parsed.mode = parsed.text.substr(0, at);
+    parsed.rank = std::atoi(parsed.text.substr(at + 1, colon - at - 1).c_str());
+    parsed.where = parsed.text.substr(colon + 1);
+    return parsed;
+  }();
+  return spec;
+}
+
+bool fault_names_this_rank() { return fault_spec().names_a_rank && fault_spec().rank == g_rank.load(); }
+
+[[noreturn]] void sleep_forever() {
+  while (true) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+// Fired once, on this rank's first arrival at WHERE.
 void inject_fault(const char* where) {
-  static const char* const spec = std::getenv("HPCTRAIN_FAULT");
   static std::atomic<bool> fired{false};
-  if (spec == nullptr || fired.load()) return;
-  const std::string text(spec);
-  const auto at = text.find('@');
-  const auto colon = text.find(':', at == std::string::npos ? 0 : at);
-  if (at == std::string::npos || colon == std::string::npos) return;
-  if (std::atoi(text.substr(at + 1, colon - at - 1).c_str()) != g_rank.load()) return;
-  if (text.substr(colon + 1) != where || fired.exchange(true)) return;
-  const std::string mode = text.substr(0, at);
-  if (mode == "stop") std::raise(SIGSTOP);
-  if (mode == "hang") {
-    while (true) std::this_thread::sleep_for(std::chrono::hours(1));
-  }
+  if (fired.load() || !fault_names_this_rank()) return;
+  const FaultSpec& spec = fault_spec();
+  if (spec.where != where || fired.exchange(true)) return;
+  if (spec.mode == "stop") std::raise(SIGSTOP);
+  if (spec.mode == "hang") sleep_forever();
 }
 
 }  // namespace
 
 CollectiveFault collective_fault(std::int64_t number) {
-  static const char* const spec = std::getenv("HPCTRAIN_FAULT");
   static std::atomic<bool> fired{false};
-  if (spec == nullptr || fired.load()) return CollectiveFault::kNone;
-  const std::string text(spec);
-  const auto at = text.find('@');
-  const auto colon = text.find(':', at == std::string::npos ? 0 : at);
-  if (at == std::string::npos || colon == std::string::npos) return CollectiveFault::kNone;
-  if (std::atoi(text.substr(at + 1, colon - at - 1).c_str()) != g_rank.load()) return CollectiveFault::kNone;
-  const std::string where = text.substr(colon + 1);
+  if (fired.load() || !fault_names_this_rank()) return CollectiveFault::kNone;
+  const FaultSpec& spec = fault_spec();
   const std::string prefix = "collective#";
-  if (where.rfind(prefix, 0) != 0 || number < std::atoll(where.c_str() + prefix.size()) || fired.exchange(true)) {
+  if (spec.where.rfind(prefix, 0) != 0 || number < std::atoll(spec.where.c_str() + prefix.size()) ||
+      fired.exchange(true)) {
     return CollectiveFault::kNone;
   }
-  std::fprintf(stderr, "hpctrain: HPCTRAIN_FAULT=%s fires at collective #%lld, unix time %.3f\n", spec,
+  std::fprintf(stderr, "hpctrain: HPCTRAIN_FAULT=%s fires at collective #%lld, unix time %.3f\n", spec.text.c_str(),
                static_cast<long long>(number),
                std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
-  const std::string mode = text.substr(0, at);
-  if (mode == "sleep") {
-    while (true) std::this_thread::sleep_for(std::chrono::hours(1));
-  }
-  return mode == "skip" ? CollectiveFault::kSkip : mode == "resize" ? CollectiveFault::kResize : CollectiveFault::kNone;
+  if (spec.mode == "sleep") sleep_forever();
+  return spec.mode == "skip"     ? CollectiveFault::kSkip
+         : spec.mode == "resize" ? CollectiveFault::kResize
+                                 : CollectiveFault::kNone;
 }
 
 std::int64_t next_collective() { return g_collectives.load() + 1; }
