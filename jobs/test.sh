@@ -12,7 +12,10 @@ bash jobs/install-deps.sh || exit 1
 bash jobs/build.sh release || exit 1
 
 log=$(mktemp)
-ctest --test-dir build/release --output-on-failure --timeout 900 "$@" 2>&1 | tee "$log"
+# Two tests at a time by default (HPCTRAIN_TEST_JOBS): most wait on start-up and files as much as
+# they compute; those that time themselves run alone (RUN_SERIAL in tests/CMakeLists.txt).
+ctest --test-dir build/release --output-on-failure --timeout 900 -j "${HPCTRAIN_TEST_JOBS:-2}" "$@" 2>&1 |
+  tee "$log"
 status=${PIPESTATUS[0]}
 summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -n 1)
 # A test that could not run here (Slurm or namespaces unavailable) says why, never silently:
