@@ -13,6 +13,7 @@
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/stop_signals.h"
 #include "hpctrain/core/system.h"
+#include "hpctrain/train/memory_check.h"
 #include "hpctrain/train/trainer.h"
 #include "runtime.h"
 
@@ -57,6 +58,7 @@ int run_train(const Args& args) {
   const Ranks ranks = start_ranks(start);
   const comm::Bootstrap* bootstrap = ranks.bootstrap.get();
   train::check_world_fits(setup, bootstrap->world_size());
+  train::check_memory_fits(setup, *bootstrap);
   // From here a stop signal becomes a checkpoint and exit 75 at the next step boundary.
   const std::vector<int> stop_signals = sys::parse_signal_list(config.ckpt.signals);
   sys::install_stop_handlers(stop_signals);

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,8 @@
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hpctrain/core/error.h"
 
@@ -46,29 +49,74 @@ std::int64_t cgroup_number(const std::string& path) {
   return value;
 }
 
+// The value of `key` in a cgroup's memory.stat ("inactive_file 123"); 0 where absent.
+std::int64_t memory_stat(const std::string& dir, const std::string& key) {
+  std::ifstream stat(dir + "/memory.stat");
+  std::string name;
+  std::int64_t value = 0;
+  while (stat >> name >> value) {
+    if (name == key) return value;
+  }
+  return 0;
+}
+
+// This process's memory cgroups, each as (limit, usage) in bytes, -1 where unknown. The usage
+// leaves out the inactive page cache, which the kernel reclaims before it would refuse memory.
+// /proc/self/cgroup: "0::/path" (v2), "N:memory:/path" or "N:...,memory,...:/path" (v1).
+std::vector<std::pair<std::int64_t, std::int64_t>> memory_cgroups() {
+  std::vector<std::pair<std::int64_t, std::int64_t>> groups;
+  std::ifstream lines("/proc/self/cgroup");
+  for (std::string line; std::getline(lines, line);) {
+    const size_t first = line.find(':');
+    const size_t second = first == std::string::npos ? first : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string controllers = "," + line.substr(first + 1, second - first - 1) + ",";
+    const std::string path = line.substr(second + 1);
+    if (controllers == ",,") {
+      const std::string dir = "/sys/fs/cgroup" + path;
+      const std::int64_t usage = cgroup_number(dir + "/memory.current");
+      groups.emplace_back(cgroup_number(dir + "/memory.max"), usage - memory_stat(dir, "inactive_file"));
+    } else if (controllers.find(",memory,") != std::string::npos) {
+      const std::string dir = "/sys/fs/cgroup/memory" + path;
+      const std::int64_t usage = cgroup_number(dir + "/memory.usage_in_bytes");
+      groups.emplace_back(cgroup_number(dir + "/memory.limit_in_bytes"), usage - memory_stat(dir, "total_inactive_file"));
+    }
+  }
+  return groups;
+}
+
+// A field of /proc/meminfo ("MemAvailable"), in bytes; -1 where absent.
+std::int64_t meminfo_bytes(const std::string& field) {
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {
+    if (line.compare(0, field.size() + 1, field + ":") != 0) continue;
+    std::istringstream value(line.substr(field.size() + 1));
+    std::int64_t kib = -1;
+    if (value >> kib) return kib * 1024;
+  }
+  return -1;
+}
+
 }  // namespace
 
 std::int64_t memory_limit_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_bytes = sysconf(_SC_PAGESIZE);
   std::int64_t limit = pages > 0 && page_bytes > 0 ? static_cast<std::int64_t>(pages) * page_bytes : 0;
-  // /proc/self/cgroup: "0::/path" (v2), "N:memory:/path" or "N:...,memory,...:/path" (v1).
-  std::ifstream groups("/proc/self/cgroup");
-  for (std::string line; std::getline(groups, line);) {
-    const size_t first = line.find(':');
-    const size_t second = first == std::string::npos ? first : line.find(':', first + 1);
-    if (second == std::string::npos) continue;
-    const std::string controllers = "," + line.substr(first + 1, second - first - 1) + ",";
-    const std::string path = line.substr(second + 1);
-    std::int64_t value = -1;
-    if (controllers == ",,") {
-      value = cgroup_number("/sys/fs/cgroup" + path + "/memory.max");
-    } else if (controllers.find(",memory,") != std::string::npos) {
-      value = cgroup_number("/sys/fs/cgroup/memory" + path + "/memory.limit_in_bytes");
-    }
-    if (value > 0 && (limit == 0 || value < limit)) limit = value;
+  for (const auto& [group_limit, usage] : memory_cgroups()) {
+    if (group_limit > 0 && (limit == 0 || group_limit < limit)) limit = group_limit;
   }
   return limit;
+}
+
+std::int64_t available_memory_bytes() {
+  std::int64_t available = meminfo_bytes("MemAvailable");
+  for (const auto& [limit, usage] : memory_cgroups()) {
+    if (limit <= 0 || usage < 0) continue;
+    const std::int64_t left = std::max<std::int64_t>(0, limit - usage);
+    if (available < 0 || left < available) available = left;
+  }
+  return std::max<std::int64_t>(0, available);
 }
 
 std::int64_t peak_rss_bytes() {

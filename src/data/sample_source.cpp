@@ -35,6 +35,11 @@ class SampleSource final : public Source {
 
   std::string describe() const override { return fmt::format("{} samples", split_.size()); }
 
+  std::int64_t cache_bytes_to_come() const override {
+    const std::int64_t blocks = std::max<std::int64_t>(0, split_.blocks_held_at_most() - split_.blocks_read());
+    return blocks * split_.block_cache_bytes();
+  }
+
   Batch read(std::int64_t epoch, const SamplerStep& step) const override {
     Batch batch = split_.gather(step.indices, options_.pinned);
     augment_in_place(batch.input, step.indices, epoch, options_.augment);

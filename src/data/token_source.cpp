@@ -45,6 +45,8 @@ class TokenSource final : public Source {
     return on_device(batch, batch.input.to(device, /*non_blocking=*/true), device);
   }
 
+  std::int64_t cache_bytes_to_come() const override { return stream_.chunk_cache_bytes(); }
+
   std::int64_t items() const override {
     const std::int64_t windows = (stream_.size() - 1) / stream_.block_size();
     HT_CHECK(windows > 0, "the evaluation stream is shorter than one window");

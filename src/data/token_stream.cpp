@@ -29,6 +29,7 @@ struct TokenStream::State {
   std::int64_t tokens = 0;
   std::int64_t block_size = 1;
   std::vector<std::int32_t> memory;  // the whole stream, when it fits the budget
+  std::int64_t chunk_cache_bytes = 0;  // otherwise the budget, HDF5's chunk caches filled as it reads
   std::shared_ptr<BatchPool> batch_memory = BatchPool::make();  // gather's tensors (Note [Batch memory])
 
   // A token outside the vocabulary (manifest num_classes) would index past the model's embedding,
@@ -86,6 +87,7 @@ TokenStream TokenStream::load(const std::string& dataset_dir, const std::string&
     state->shards.push_back({state->tokens, shard.samples, std::move(file), std::move(dataset)});
     state->tokens += shard.samples;
   }
+  state->chunk_cache_bytes = in_memory ? 0 : cache_bytes;
   if (in_memory) {
     state->memory.resize(static_cast<size_t>(state->tokens));
     state->read(0, state->tokens, state->memory.data());
@@ -98,6 +100,7 @@ TokenStream TokenStream::load(const std::string& dataset_dir, const std::string&
 
 std::int64_t TokenStream::size() const { return state_->tokens; }
 std::int64_t TokenStream::block_size() const { return state_->block_size; }
+std::int64_t TokenStream::chunk_cache_bytes() const { return state_->chunk_cache_bytes; }
 const Manifest& TokenStream::manifest() const { return state_->manifest; }
 bool TokenStream::in_memory() const { return !state_->memory.empty(); }
 

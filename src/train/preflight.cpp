@@ -156,10 +156,6 @@ std::vector<std::string> device_problems(const std::vector<RankFacts>& facts, bo
   return problems;
 }
 
-namespace {
-
-// Every rank found the same `problems`: rank 0 throws them as one ConfigError, the others wait in
-// a barrier for its MPI_Abort, so the job prints one line.
 void fail_together(const comm::Bootstrap& bootstrap, const std::vector<std::string>& problems,
                    const std::string& prefix) {
   if (problems.empty()) return;
@@ -168,8 +164,6 @@ void fail_together(const comm::Bootstrap& bootstrap, const std::vector<std::stri
   for (size_t i = 0; i < problems.size(); ++i) message += (i ? "; " : "") + problems[i];
   throw ConfigError(message);
 }
-
-}  // namespace
 
 void check_devices(const comm::Bootstrap& bootstrap, const c10::Device& device, bool allow_shared_gpu) {
   config::Config config;

@@ -79,17 +79,34 @@ data::TokenStream load_token_split(const config::Config& config, const std::stri
 
 }  // namespace
 
+namespace {
+
+// A micro-batch larger than a rank's share of the split would be padded up to train.batch_size,
+// and its memory taken, for nothing: an epoch is one step either way.
+void check_batch_fits_share(const data::Source& train_split, const config::TrainConfig& train, int world_size) {
+  const std::int64_t share = (train_split.items() + world_size - 1) / world_size;
+  if (train.batch_size <= share) return;
+  const char* items = train_split.language_model() ? "windows" : "samples";
+  throw ConfigError("train.batch_size=" + std::to_string(train.batch_size) + " is larger than a rank's share of " +
+                    "the training split (" + std::to_string(share) + " of its " + std::to_string(train_split.items()) +
+                    " " + items + " at " + std::to_string(world_size) + " rank(s)); lower train.batch_size to " +
+                    std::to_string(share) + " or less");
+}
+
+}  // namespace
+
 void check_world_fits(const TrainingSetup& setup, int world_size) {
   const config::TrainConfig& train = setup.config.train;
   accumulation_steps(train, world_size);
-  if (!setup.train || setup.train->language_model() || !train.drop_last) return;
+  if (!setup.train) return;
   const std::int64_t global_batch = world_size * train.batch_size;
-  if (setup.train->items() < global_batch) {
+  if (!setup.train->language_model() && train.drop_last && setup.train->items() < global_batch) {
     throw ConfigError("train.drop_last: a global batch of " + std::to_string(global_batch) + " (" +
                       std::to_string(world_size) + " ranks x train.batch_size " + std::to_string(train.batch_size) +
                       ") is larger than the split's " + std::to_string(setup.train->items()) +
                       " samples, so no step would run; lower train.batch_size or set train.drop_last=false");
   }
+  check_batch_fits_share(*setup.train, train, world_size);
 }
 
 namespace {

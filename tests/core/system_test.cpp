@@ -64,6 +64,14 @@ TEST(System, TheMemoryLimitIsAtMostTheHostsAndAboveThisProcesssUse) {
   EXPECT_GT(memory_limit_bytes(), peak_rss_bytes());
 }
 
+// Some, in bytes (not KiB), never more than the limit. (Other tests running alongside move it, so
+// no test here takes memory and watches it fall.)
+TEST(System, AvailableMemoryIsSomeButNotMoreThanTheLimit) {
+  const std::int64_t available = available_memory_bytes();
+  EXPECT_GT(available, std::int64_t{64} << 20);
+  EXPECT_LE(available, memory_limit_bytes());
+}
+
 TEST(System, ProcessAgeIsTheTimeSinceThisProcessStarted) {
   const double first = process_age_s();
   EXPECT_GE(first, 0.0);

@@ -444,6 +444,11 @@ std::vector<Case> dataset_cases() {
        2, "{train} --train.batch_size=400 --train.drop_last=true", 2,
        {"train.drop_last: a global batch of 800 (2 ranks x train.batch_size 400)", "larger than the split's 600 samples"},
        RunDir::kNotCreated},
+      {"BatchLargerThanARanksShareOfTheSplit", Copy::kNothing, nullptr,
+       2, "{train} --train.batch_size=100000000", 2,
+       {"train.batch_size=100000000 is larger than a rank's share of the training split (300 of its 600 samples "
+        "at 2 rank(s)); lower train.batch_size to 300 or less"},
+       RunDir::kNotCreated},
       {"GptBlockLongerThanTheTokenStream", Copy::kNothing, nullptr,
        1, "{bin} train --config {configs}/text_gpt.ini --data.path={tokens} --run.dir={run} --model.gpt_block_size=100000", 3,
        {"split 'train' of {tokens} has ", "fewer than one window of model.gpt_block_size + 1 = 100001"},

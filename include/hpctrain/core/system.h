@@ -16,6 +16,9 @@ int affinity_cores();
 // cgroup (a Slurm job's, say; v2 memory.max, v1 memory.limit_in_bytes) sets a lower limit. 0
 // where the system does not say.
 std::int64_t memory_limit_bytes();
+// The memory still free for this process to take, in bytes: the host's MemAvailable, or less where
+// its cgroup's limit is nearer (limit minus what the cgroup uses). 0 where the system does not say.
+std::int64_t available_memory_bytes();
 
 // The most resident memory this process has had, in bytes (getrusage's ru_maxrss).
 std::int64_t peak_rss_bytes();

@@ -63,6 +63,10 @@ class Source {
   virtual std::int64_t tokens_per_item() const = 0;
   bool language_model() const { return tokens_per_item() > 0; }
 
+  // The memory its cache of the split (data.cache_mb's budget) will still take as it reads: 0
+  // for the page cache's mapped files or a stream held whole.
+  virtual std::int64_t cache_bytes_to_come() const = 0;
+
   // With data.io=mpio, collective over MPI_COMM_WORLD, before training: a split held in memory is
   // read once by all ranks together; a larger split or a token stream only says why it is not.
   virtual void read_collectively(int world_size) const = 0;

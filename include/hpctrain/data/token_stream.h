@@ -31,6 +31,9 @@ class TokenStream {
   std::int64_t block_size() const;
   const Manifest& manifest() const;
   bool in_memory() const;
+  // The memory HDF5's chunk caches take once filled: data.cache_mb's budget for a stream read
+  // per window, 0 for one held whole (already in memory).
+  std::int64_t chunk_cache_bytes() const;
 
   // The windows at `offsets` (each in [0, size() - block_size - 1]): input and target, both
   // int64 [B, block_size]. `pinned`: page-locked tensors, as Split::gather.

@@ -50,6 +50,12 @@ std::vector<std::string> device_problems(const std::vector<RankFacts>& facts, bo
 // wait to be ended by its MPI_Abort, so the job stops within seconds with one message.
 void preflight(const comm::Bootstrap& bootstrap, const c10::Device& device, const config::Config& config);
 
+// Every rank found the same `problems` (none: nothing happens): rank 0 throws them, after
+// `prefix`, as one ConfigError; the others wait in a barrier for its MPI_Abort, so the job prints
+// one line.
+void fail_together(const comm::Bootstrap& bootstrap, const std::vector<std::string>& problems,
+                   const std::string& prefix);
+
 // Collective, for commands without a preflight (bench): only the device check, same failure.
 void check_devices(const comm::Bootstrap& bootstrap, const c10::Device& device, bool allow_shared_gpu);
 

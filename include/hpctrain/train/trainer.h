@@ -51,7 +51,8 @@ struct TrainingSetup {
 TrainingSetup prepare_training(const config::Config& config, bool need_train_split);
 
 // What depends on the world size, checked once MPI knows it and before the run directory is
-// created: train.global_batch divides among the ranks, and train.drop_last leaves a step to run.
+// created: train.global_batch divides among the ranks, a rank's micro-batch is no larger than its
+// share of the training split, and train.drop_last leaves a step to run.
 // Throws ConfigError, alike on every rank.
 void check_world_fits(const TrainingSetup& setup, int world_size);
 

@@ -1,0 +1,142 @@
+#include "hpctrain/train/memory_check.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hpctrain/core/log.h"
+#include "hpctrain/core/system.h"
+#include "hpctrain/core/units.h"
+#include "hpctrain/train/global_batch.h"
+#include "hpctrain/train/gradient_update.h"
+#include "hpctrain/train/preflight.h"
+#include "hpctrain/train/trainer.h"
+#include "memory_probe.h"
+
+namespace hpctrain::train {
+
+std::int64_t model_state_to_come(std::int64_t elements, std::int64_t bytes, const config::Config& config,
+                                 int world_size) {
+  const std::int64_t stage = config.dist.zero_stage;
+  const std::int64_t shards = std::max(1, world_size);
+  const std::int64_t gradients = stage >= 2 ? (bytes + shards - 1) / shards : bytes;
+  const std::int64_t state_elements = stage >= 1 ? (elements + shards - 1) / shards : elements;
+  return gradients + state_elements * optimizer_state_bytes_per_element(config.optim);
+}
+
+MemoryNeed memory_need(const config::Config& config, const ItemBytes& train, std::int64_t read_ahead,
+                       std::int64_t accumulation, const ItemBytes& eval, std::int64_t eval_items,
+                       std::int64_t model_state, std::int64_t cache) {
+  const std::int64_t batch = config.train.batch_size;
+  MemoryNeed need;
+  need.model_state = model_state;
+  need.batches = accumulation * batch * ((read_ahead + 1) * train.read + train.on_device);
+  need.activations = batch * train.kept;
+  need.evaluation = eval_items * (eval.read + eval.on_device + eval.peak_no_grad);
+  need.cache = cache;
+  return need;
+}
+
+namespace {
+
+struct NeedPart {
+  std::int64_t bytes;
+  const char* what;
+  const char* remedy;
+};
+
+// The parts of a need, largest first, each with the option that lowers it.
+std::vector<NeedPart> parts_by_size(const MemoryNeed& need) {
+  std::vector<NeedPart> parts = {
+      {need.batches, "batches read ahead", "lower train.batch_size or data.prefetch"},
+      {need.activations, "the activations a forward keeps",
+       "lower train.batch_size (train.global_batch keeps the global batch with more micro-batches)"},
+      {need.model_state, "gradients and optimizer state", "raise dist.zero_stage to shard them"},
+      {need.evaluation, "an evaluation batch", "lower train.eval_batch_size"},
+      {need.cache, "the data cache", "lower data.cache_mb"}};
+  std::stable_sort(parts.begin(), parts.end(), [](const NeedPart& a, const NeedPart& b) { return a.bytes > b.bytes; });
+  return parts;
+}
+
+}  // namespace
+
+std::string memory_problem(const MemoryNeed& need, std::int64_t available, int ranks_here, const std::string& host) {
+  const std::int64_t total = need.total() * ranks_here;
+  if (available <= 0 || total <= available) return "";
+  const NeedPart largest = parts_by_size(need).front();
+  std::string line = "the run needs about " + bytes_text(need.total()) + " more memory per rank";
+  if (ranks_here > 1) line += ", " + bytes_text(total) + " for its " + std::to_string(ranks_here) + " ranks";
+  return line + " on host " + host + ", which has " + bytes_text(available) + " available; most of it is " +
+         largest.what + " (" + bytes_text(largest.bytes) + " per rank): " + largest.remedy;
+}
+
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// The trainable parameters' elements and bytes.
+std::pair<std::int64_t, std::int64_t> trainable(model::Model& model) {
+  std::int64_t elements = 0;
+  std::int64_t bytes = 0;
+  for (const at::Tensor& p : model.module().parameters()) {
+    if (!p.requires_grad()) continue;
+    elements += p.numel();
+    bytes += static_cast<std::int64_t>(p.nbytes());
+  }
+  return {elements, bytes};
+}
+
+// This rank's need, as far as the host holds it: on a GPU, what is read ahead and the cache.
+MemoryNeed host_need(const TrainingSetup& setup, int world_size) {
+  const config::Config& config = setup.config;
+  const c10::Device host(c10::kCPU);  // the model is still on the host here
+  // On a GPU the forward's memory is the GPU's: the probe only reads.
+  model::Model* model = setup.use_cuda ? nullptr : setup.model.get();
+  ItemBytes train = probe_item_bytes(model, *setup.train, host);
+  ItemBytes eval;
+  std::int64_t eval_items = 0;
+  if (setup.eval) {
+    eval = probe_item_bytes(model, *setup.eval, host);
+    eval_items = std::min(config.train.eval_batch_size, ceil_div(setup.eval->items(), world_size));
+  }
+  const auto [elements, bytes] = trainable(*setup.model);
+  std::int64_t model_state = model_state_to_come(elements, bytes, config, world_size);
+  if (setup.use_cuda) {  // the GPU holds the finished batches and the state
+    train.on_device = eval.on_device = 0;
+    model_state = 0;
+  }
+  const std::int64_t read_ahead =
+      config.data.prefetch > 0 ? std::max(config.data.prefetch, config.data.loader_threads) : 0;
+  std::int64_t cache = setup.train->cache_bytes_to_come();
+  if (setup.eval) cache += setup.eval->cache_bytes_to_come();
+  return memory_need(config, train, read_ahead, accumulation_steps(config.train, world_size), eval, eval_items,
+                     model_state, cache);
+}
+
+}  // namespace
+
+void check_memory_fits(const TrainingSetup& setup, const comm::Bootstrap& bootstrap) {
+  const comm::Topology& topology = bootstrap.topology();
+  const MemoryNeed need = host_need(setup, topology.world_size);
+  const std::int64_t available = sys::available_memory_bytes();
+  const std::string host = sys::host_name();
+  log::info("memory: each rank takes about {} more (batches {}, activations {}, gradients and optimizer state "
+            "{}, evaluation {}, data cache {}){}; {} ranks on {}, which has {} available",
+            bytes_text(need.total()), bytes_text(need.batches), bytes_text(need.activations),
+            bytes_text(need.model_state), bytes_text(need.evaluation), bytes_text(need.cache),
+            setup.use_cuda ? ", the host's part only: GPU memory is not estimated" : "", topology.local_size,
+            host, bytes_text(available));
+  const std::string mine = memory_problem(need, available, topology.local_size, host);
+  std::vector<std::string> problems;
+  for (std::string& line : bootstrap.allgather_string(mine)) {
+    if (!line.empty() && std::find(problems.begin(), problems.end(), line) == problems.end()) {
+      problems.push_back(std::move(line));
+    }
+  }
+  fail_together(bootstrap, problems, "");
+}
+
+}  // namespace hpctrain::train
