@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs hpctrain on this machine under Open MPI's mpirun, with as many ranks as the machine suits:
-#   jobs/run-local.sh [--np N] [--dry-run] [--binary PATH] [--] COMMAND ARGS...
+#   jobs/run-local.sh [--np N] [--dry-run] [--binary PATH] [--max-restarts N] [--] COMMAND ARGS...
 #   jobs/run-local.sh --interactive [--binary PATH]
 #   jobs/run-local.sh train --config configs/fashion_cnn.ini --train.epochs=2
 #   jobs/run-local.sh --np 1 eval --checkpoint runs/default/checkpoints/ckpt-938.h5 --config runs/default/config.ini
@@ -11,6 +11,13 @@
 # --interactive asks, in a terminal, for a config of configs/, the ranks (default: the choice
 # below), learning-rate scaling, precision and run directory, prints the mpirun line and runs it
 # when confirmed (jobs/lib/run-local-ask.sh). Without a terminal it refuses (exit 2).
+#
+# --max-restarts N (train only; default 0): when the run fails — any exit but 0, 75 (stopped by a
+# signal, with a checkpoint) and 2 or 3 (a config or data error, which a restart repeats) — start
+# it again, up to N times: it resumes from its newest checkpoint (ckpt.resume=auto) with the same
+# ranks and global batch. Each restart is logged on stderr as `run-local: restart K of N: ...`
+# with the exit code and how long the run lasted; after the Nth the last exit code is returned
+# with one line saying so. SIGUSR1, SIGTERM and SIGINT are passed on to mpirun.
 #
 # Ranks (-np), from the GPUs and the logical CPUs (cores) this shell may use:
 #   GPUs:    one rank per GPU (nvidia-smi's list, or the entries of CUDA_VISIBLE_DEVICES when set,
@@ -40,17 +47,18 @@ die() { echo "run-local: error: $*" >&2; exit 2; }
 is_count() { [[ "$1" =~ ^[0-9]{1,6}$ ]]; }  # decimal, small enough for $((...))
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-np="" dry_run=false binary="" interactive=false
+np="" dry_run=false binary="" interactive=false max_restarts=0
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --dry-run) dry_run=true; shift ;;
     --interactive) interactive=true; shift ;;
-    --np|--binary)
+    --np|--binary|--max-restarts)
       [ $# -ge 2 ] || die "$1 needs a value"
-      if [ "$1" = --np ]; then np=$2; else binary=$2; fi
+      case "$1" in --np) np=$2 ;; --binary) binary=$2 ;; *) max_restarts=$2 ;; esac
       shift 2 ;;
     --np=*) np=${1#--np=}; shift ;;
+    --max-restarts=*) max_restarts=${1#--max-restarts=}; shift ;;
     --binary=*) binary=${1#--binary=}; shift ;;
     --) shift; break ;;
     -*) die "unknown option '$1' (see jobs/run-local.sh --help)" ;;
@@ -65,6 +73,10 @@ fi
 [ $# -gt 0 ] || $interactive || die "no hpctrain command given (e.g. jobs/run-local.sh train --config configs/fashion_cnn.ini)"
 [ -z "$np" ] || { is_count "$np" && [ "$np" -ge 1 ]; } || die "--np wants a positive integer, not '$np'"
 [ -z "$np" ] || np=$((10#$np))
+is_count "$max_restarts" || die "--max-restarts wants a count (0 or more), not '$max_restarts'"
+max_restarts=$((10#$max_restarts))
+[ "$max_restarts" -eq 0 ] || [ "${1:-train}" = train ] ||
+  die "--max-restarts restarts training runs (train), not '$1'"
 
 # The binary, as an absolute path so the printed line works from anywhere.
 if [ -z "$binary" ]; then
@@ -156,4 +168,7 @@ else
   echo "run-local: $line" >&2
 fi
 [ ${#env_args[@]} -eq 0 ] || export "${env_args[@]}"
-exec mpirun "${mpi_args[@]}" "$binary" "${hpctrain_args[@]}"
+[ "$max_restarts" -gt 0 ] || exec mpirun "${mpi_args[@]}" "$binary" "${hpctrain_args[@]}"
+# shellcheck source=jobs/lib/restarts.sh
+source "$repo/jobs/lib/restarts.sh"
+run_with_restarts "$max_restarts" mpirun "${mpi_args[@]}" "$binary" "${hpctrain_args[@]}"

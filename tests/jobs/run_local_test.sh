@@ -7,7 +7,10 @@
 #     arguments with spaces, quotes and empty values through unchanged;
 #  3. an unknown option is one `run-local: error:` line and exit 2;
 #  4. a real 3-step training run on 2 ranks through the script exits 0 with a checkpoint;
-#  5. --interactive: refused without a terminal; piped answers through a pty (script); tmux keys.
+#  5. --interactive: refused without a terminal; piped answers through a pty (script); tmux keys;
+#  6. --max-restarts: a rank killed with SIGKILL mid-run is restarted, the run resumes from its
+#     newest checkpoint and ends at its step count; a config error is not restarted; a failure
+#     that repeats stops after the limit with one line.
 #   tests/jobs/run_local_test.sh SOURCE_DIR HPCTRAIN_BINARY
 set -uo pipefail
 
@@ -121,4 +124,41 @@ for expected in "mpirun -np 1 " "configs/mlp.ini --optim.lr_scaling=none --train
                 "stub rank 0: train"; do
   [[ "$pane" == *"$expected"* ]] || fail "--interactive in tmux did not show '$expected': $pane"
 done
-echo "run_local_test: GPU/CPU rank choice, --np, quoting round-trip, usage error, a 2-rank run and --interactive all pass"
+# 6. --max-restarts.
+out=$("$script" --binary "$bin" --max-restarts x train 2>&1); status=$?
+{ [ "$status" -eq 2 ] && [[ "$out" == "run-local: error: --max-restarts wants a count"* ]]; } ||
+  fail "--max-restarts x: exit $status: $out"
+restartable() {  # RUN_DIR EXTRA...: a 2-rank run through the script with up to 2 restarts
+  local dir=$1
+  shift
+  (cd "$source_dir" && RUN_LOCAL_GPUS=0 RUN_LOCAL_CORES=2 "$script" --binary "$bin" --max-restarts 2 train \
+     --config configs/fashion_cnn.ini --data.path="$work/data" --run.dir="$dir" --data.eval_split= \
+     --train.batch_size=8 --train.epochs=1000 --log.every_steps=100 "$@")
+}
+restartable "$work/rrun" --train.max_steps=1000 --ckpt.every_steps=50 > "$work/restart.log" 2>&1 &
+runner=$!
+for _ in $(seq 600); do [ -f "$work/rrun/checkpoints/ckpt-50.h5" ] && break; sleep 0.1; done
+[ -f "$work/rrun/checkpoints/ckpt-50.h5" ] || fail "the restartable run wrote no ckpt-50.h5: $(cat "$work/restart.log")"
+victim=$(pgrep -f -- "train .*--run.dir=$work/rrun" | while read -r pid; do
+           [ "$(ps -o comm= -p "$pid")" = hpctrain ] && echo "$pid"; done | head -n 1)
+[ -n "$victim" ] || fail "no rank of the restartable run to kill"
+kill -9 "$victim"
+wait "$runner" || fail "the restarted run exited $?: $(tail -n 20 "$work/restart.log")"
+grep -q "^run-local: restart 1 of 2: the run failed with exit [0-9]* after" "$work/restart.log" ||
+  fail "no restart line: $(cat "$work/restart.log")"
+[ "$(grep -c "^run-local: restart" "$work/restart.log")" -eq 1 ] || fail "more than one restart: $(cat "$work/restart.log")"
+grep -q "resumed from .*ckpt-" "$work/restart.log" || fail "the restart did not resume: $(cat "$work/restart.log")"
+[ -f "$work/rrun/checkpoints/ckpt-1000.h5" ] || fail "the restarted run did not reach step 1000"
+
+out=$(restartable "$work/bad" --train.no_such_option=1 2>&1); status=$?
+{ [ "$status" -eq 2 ] && [[ "$out" == *"run-local: not restarted: exit 2 is a config or data error"* ]]; } ||
+  fail "a config error: exit $status, or restarted: $out"
+[ "$(grep -c "^run-local: restart" <<< "$out")" -eq 0 ] || fail "a config error was restarted: $out"
+out=$(restartable "$work/again" --ckpt.resume="$work/no-such-checkpoint.h5" 2>&1); status=$?
+[ "$status" -eq 4 ] || fail "a failure that repeats exited $status, not 4: $out"
+[ "$(grep -c "^run-local: restart" <<< "$out")" -eq 2 ] || fail "not restarted exactly twice: $out"
+grep -q "^run-local: error: the run failed with exit 4 after 2 restart(s), the most --max-restarts=2 allows" \
+  <<< "$out" || fail "no giving-up line: $out"
+
+echo "run_local_test: GPU/CPU rank choice, --np, quoting round-trip, usage error, a 2-rank run, --interactive" \
+     "and --max-restarts all pass"
