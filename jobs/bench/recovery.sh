@@ -8,8 +8,8 @@
 # to the first optimizer step of the resumed run (its start-up record's unix_time in
 # metrics.jsonl), the steps done twice (the last step recorded before the kill less the step the
 # resume started from), and whether the final checkpoint equals that of one run never killed,
-# bit for bit (model, optimizer, schedule: then every sample of the interrupted epoch counted
-# exactly once).
+# bit for bit (model, optimizer, schedule and generators: then every sample of the interrupted
+# epoch counted exactly once).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -72,7 +72,7 @@ before = max(r["step"] for r in records[:starts[1]] if "step_ms" in r)
 recovery = resumed["unix_time"] - float(sys.argv[2])
 lost = before - (resumed["step"] - 1)
 same = all(subprocess.run(["h5diff", "-q", sys.argv[3], sys.argv[4], g, g]).returncode == 0
-           for g in ["/model", "/optim", "/sched"])
+           for g in ["/model", "/optim", "/sched", "/rng"])
 print(f"killed at step {before}: resumed from step {resumed['step'] - 1}, {lost} step(s) done twice, "
       f"first step {recovery:.1f} s after the kill; final checkpoint "
       f"{'equals' if same else 'DIFFERS FROM'} the uninterrupted run's")

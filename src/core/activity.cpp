@@ -78,12 +78,20 @@ bool fault_names_this_rank() { return fault_spec().names_a_rank && fault_spec().
   while (true) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
+// On stderr, for tests that time what follows the fault: "hpctrain: HPCTRAIN_FAULT=<spec> fires
+// <where>, unix time <seconds>".
+void say_fault_fires(const std::string& spec, const std::string& where) {
+  std::fprintf(stderr, "hpctrain: HPCTRAIN_FAULT=%s fires %s, unix time %.3f\n", spec.c_str(), where.c_str(),
+               std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+
 // Fired once, on this rank's first arrival at WHERE.
 void inject_fault(const char* where) {
   static std::atomic<bool> fired{false};
   if (fired.load() || !fault_names_this_rank()) return;
   const FaultSpec& spec = fault_spec();
   if (spec.where != where || fired.exchange(true)) return;
+  say_fault_fires(spec.text, std::string("in ") + where);
   if (spec.mode == "stop") std::raise(SIGSTOP);
   if (spec.mode == "hang") sleep_forever();
 }
@@ -99,9 +107,7 @@ CollectiveFault collective_fault(std::int64_t number) {
       fired.exchange(true)) {
     return CollectiveFault::kNone;
   }
-  std::fprintf(stderr, "hpctrain: HPCTRAIN_FAULT=%s fires at collective #%lld, unix time %.3f\n", spec.text.c_str(),
-               static_cast<long long>(number),
-               std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  say_fault_fires(spec.text, "at collective #" + std::to_string(number));
   if (spec.mode == "sleep") sleep_forever();
   return spec.mode == "skip"     ? CollectiveFault::kSkip
          : spec.mode == "resize" ? CollectiveFault::kResize

@@ -5,7 +5,7 @@
 #  1. the banner and per-rank lines show 4 ranks on 2 hosts, node-local ranks 0 and 1 on each and
 #     the rank -> host placement of --map-by ppr:2:node;
 #  2. `hpctrain doctor` across the same nodes passes every check and tabulates the placement;
-#  3. the final checkpoint equals, bit for bit (/model /optim /sched), that of the same training
+#  3. the final checkpoint equals, bit for bit (/model /optim /sched /rng), that of the same training
 #     with 4 ranks on one node: the node layout and the TCP transport between nodes change nothing.
 # Exits 77 (a ctest skip, with a SKIP: line) only when the namespaces cannot be made here.
 #   tests/multinode/multinode_test.sh HPCTRAIN_BINARY SOURCE_DIR
@@ -92,7 +92,7 @@ timeout -k 5 60 env OMPI_MCA_btl=self,vader mpirun --oversubscribe -np 4 "$bin" 
   --config "$source_dir/configs/fashion_cnn.ini" --run.dir="$work/single" --dist.device=cpu \
   "${train_args[@]}" > "$work/single.log" 2>&1 || fail "the one-node run failed (exit $?)"
 [ -f "$work/single/checkpoints/ckpt-10.h5" ] || fail "the one-node run left no checkpoints/ckpt-10.h5"
-for group in /model /optim /sched; do
+for group in /model /optim /sched /rng; do
   h5diff -q "$work/multi/checkpoints/ckpt-10.h5" "$work/single/checkpoints/ckpt-10.h5" "$group" "$group" ||
     fail "$group differs between the two-node and the one-node run"
 done

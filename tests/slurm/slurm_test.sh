@@ -4,7 +4,7 @@
 #  1. an uninterrupted run (LAUNCHER=mpirun) of 40 steps finishes with exit 0 and a checkpoint;
 #  2. the same run through srun --mpi=pmix, sent USR1 as Slurm's early warning would be: it
 #     checkpoints, exits 75, requeues itself, resumes (SLURM_RESTART_COUNT=1), finishes, and its
-#     final parameters and optimizer state equal run 1's bit for bit;
+#     final parameters, optimizer state, schedule and generators equal run 1's bit for bit;
 #  3. under srun, a frozen rank, a hung loader, a hung checkpoint write and a rank killed with -9
 #     end the job, named by the rank watch.
 # Exits 77 (a ctest skip, with a SKIP: line) only when Slurm cannot start here.
@@ -71,7 +71,7 @@ grep -q "^done: 40 steps" "$out" || fail "the resumed run did not finish"
 progress_ranks=$(grep -c "^\[1/2" "$out" || true)
 [ "$progress_ranks" -eq 0 ] || fail "rank 1 printed progress lines"
 
-for group in /model /optim /sched; do
+for group in /model /optim /sched /rng; do
   h5diff -q "$work/whole/checkpoints/ckpt-40.h5" "$work/preempted/checkpoints/ckpt-40.h5" "$group" "$group" ||
     fail "$group differs between the uninterrupted and the preempted run"
 done

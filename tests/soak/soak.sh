@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The soak test (docs/reliability.md): a 2-rank CPU run stopped by SIGUSR1 at random moments for
 # MINUTES minutes and resumed each time by this driver, with a checkpoint every minute, must end
-# with the same parameters, optimizer state and schedule, bit for bit, as a run of the same steps
-# that was never stopped (run afterwards, to the soak's last step).
+# with the same parameters, optimizer state, schedule and generators, bit for bit, as a run of the
+# same steps that was never stopped (run afterwards, to the soak's last step).
 #   tests/soak/soak.sh HPCTRAIN_BINARY SOURCE_DIR [--minutes M] [--pause A-B] [--seed S] [--keep DIR]
 # --pause: seconds between signals, drawn uniformly (default 20-70; 4-12 for a minute's soak).
 # Prints one summary line; exits 0 on a match, 1 otherwise.
@@ -100,10 +100,10 @@ step=${step#ckpt-}
 [ -f "$work/reference/checkpoints/ckpt-$step.h5" ] || fail "the reference wrote no ckpt-$step.h5"
 resumes=$(grep -c "resumed from" "$work/soak.log")
 
-for group in /model /optim /sched; do
+for group in /model /optim /sched /rng; do
   h5diff -q "$work/reference/checkpoints/ckpt-$step.h5" "$latest" "$group" "$group" ||
     fail "$group at step $step differs between the soaked and the uninterrupted run"
 done
 echo "soak: $minutes min, $starts starts ($stops stopped by SIGUSR1 with a checkpoint, $others ended otherwise)," \
-     "$resumes resumes, $step steps: model, optimizer and schedule equal the" \
+     "$resumes resumes, $step steps: model, optimizer, schedule and generators equal the" \
      "uninterrupted run's bit for bit (seed $seed)"

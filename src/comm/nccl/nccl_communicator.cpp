@@ -148,6 +148,19 @@ void check_tensor(const at::Tensor& tensor, const char* op) {
 
 }  // namespace
 
+std::vector<std::uint8_t> shared_nccl_id(const Bootstrap& bootstrap) {
+  std::vector<std::uint8_t> bytes(sizeof(ncclUniqueId));
+  if (bootstrap.world_rank() == 0) {
+    ncclUniqueId id;
+    HT_NCCL_CHECK(ncclGetUniqueId(&id));
+    std::memcpy(bytes.data(), &id, sizeof(id));
+  }
+  bootstrap.broadcast_bytes(bytes, 0);
+  HT_CHECK(bytes.size() == sizeof(ncclUniqueId), "the broadcast NCCL id has " + std::to_string(bytes.size()) +
+                                                     " bytes, not " + std::to_string(sizeof(ncclUniqueId)));
+  return bytes;
+}
+
 NcclCommunicator::NcclCommunicator(Bootstrap& bootstrap, int device, double timeout_s)
     : state_(std::make_shared<State>()), rank_(bootstrap.world_rank()),
       size_(bootstrap.world_size()) {
@@ -155,12 +168,7 @@ NcclCommunicator::NcclCommunicator(Bootstrap& bootstrap, int device, double time
   state_->timeout_s = timeout_s;
   HT_CUDA_CHECK(cudaSetDevice(device));
   ncclUniqueId id;
-  std::vector<std::uint8_t> bytes(sizeof(id));
-  if (rank_ == 0) {
-    HT_NCCL_CHECK(ncclGetUniqueId(&id));
-    std::memcpy(bytes.data(), &id, sizeof(id));
-  }
-  bootstrap.broadcast_bytes(bytes, 0);
+  const std::vector<std::uint8_t> bytes = shared_nccl_id(bootstrap);
   std::memcpy(&id, bytes.data(), sizeof(id));
   const ncclResult_t init = ncclCommInitRank(&state_->comm, size_, id, rank_);
   if (init != ncclSuccess) {

@@ -3,11 +3,17 @@
 // nothing from libtorch's CUDA headers, so it builds against a CPU-only libtorch.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "hpctrain/comm/communicator.h"
 
 namespace hpctrain::comm {
+
+// Collective: rank 0's ncclGetUniqueId, broadcast over the control plane; every rank returns the
+// same bytes (sizeof(ncclUniqueId)). Needs no GPU: it opens rank 0's bootstrap socket only.
+std::vector<std::uint8_t> shared_nccl_id(const Bootstrap& bootstrap);
 
 class NcclCommunicator final : public Communicator {
  public:
