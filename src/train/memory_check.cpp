@@ -18,12 +18,18 @@
 
 namespace hpctrain::train {
 
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
 std::int64_t model_state_to_come(std::int64_t elements, std::int64_t bytes, const config::Config& config,
                                  int world_size) {
   const std::int64_t stage = config.dist.zero_stage;
   const std::int64_t shards = std::max(1, world_size);
-  const std::int64_t gradients = stage >= 2 ? (bytes + shards - 1) / shards : bytes;
-  const std::int64_t state_elements = stage >= 1 ? (elements + shards - 1) / shards : elements;
+  const std::int64_t gradients = stage >= 2 ? ceil_div(bytes, shards) : bytes;
+  const std::int64_t state_elements = stage >= 1 ? ceil_div(elements, shards) : elements;
   return gradients + state_elements * optimizer_state_bytes_per_element(config.optim);
 }
 
@@ -75,14 +81,11 @@ std::string memory_problem(const MemoryNeed& need, std::int64_t available, int r
 
 namespace {
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-
 // The trainable parameters' elements and bytes.
 std::pair<std::int64_t, std::int64_t> trainable(model::Model& model) {
   std::int64_t elements = 0;
   std::int64_t bytes = 0;
-  for (const at::Tensor& p : model.module().parameters()) {
-    if (!p.requires_grad()) continue;
+  for (const auto& [name, p] : trainable_parameters(model.module())) {
     elements += p.numel();
     bytes += static_cast<std::int64_t>(p.nbytes());
   }
@@ -98,8 +101,9 @@ MemoryNeed host_need(const TrainingSetup& setup, int world_size) {
   ItemBytes train = probe_item_bytes(model, *setup.train, host);
   ItemBytes eval;
   std::int64_t eval_items = 0;
-  if (setup.eval) {
-    eval = probe_item_bytes(model, *setup.eval, host);
+  if (setup.eval) {  // its items have the train items' shape: the forward was measured on those
+    eval = probe_item_bytes(nullptr, *setup.eval, host);
+    eval.peak_no_grad = train.peak_no_grad;
     eval_items = std::min(config.train.eval_batch_size, ceil_div(setup.eval->items(), world_size));
   }
   const auto [elements, bytes] = trainable(*setup.model);

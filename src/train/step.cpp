@@ -19,10 +19,7 @@
 #include "hpctrain/train/step_loss.h"
 
 namespace hpctrain::train {
-namespace {
 
-// Only parameters that learn get gradients averaged, clipped and stepped: a frozen one (a
-// TorchScript module's requires_grad=False) stays as it is, as in PyTorch, at any world size.
 NamedParameters trainable_parameters(torch::nn::Module& module) {
   NamedParameters named;
   for (const auto& p : module.named_parameters()) {
@@ -30,6 +27,8 @@ NamedParameters trainable_parameters(torch::nn::Module& module) {
   }
   return named;
 }
+
+namespace {
 
 // dist.sync_bn: BatchNorm layers reduce their statistics over the ranks (model/batch_norm.h).
 void synchronize_batch_norm(const config::Config& config, model::Model& model, comm::Communicator& comm) {

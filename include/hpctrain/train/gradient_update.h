@@ -87,6 +87,10 @@ class GradientUpdate {
   virtual HeldBytes held_bytes() const = 0;
 };
 
+// Only parameters that learn get gradients averaged, clipped and stepped: a frozen one (a
+// TorchScript module's requires_grad=False, a LoRA base) stays as it is, as in PyTorch.
+NamedParameters trainable_parameters(torch::nn::Module& module);
+
 // Bytes of optimizer state per element of a parameter: AdamW's two moments, SGD's momentum buffer
 // (none without momentum).
 std::int64_t optimizer_state_bytes_per_element(const config::OptimConfig& optim);
