@@ -195,9 +195,6 @@ std::string to_ini(const Config& config) {
   return out.str();
 }
 
-namespace {
-
-// "section.key" -> value, for INI text in to_ini's layout.
 std::map<std::string, std::string> ini_values(const std::string& text) {
   std::map<std::string, std::string> out;
   std::istringstream in(text);
@@ -213,8 +210,6 @@ std::map<std::string, std::string> ini_values(const std::string& text) {
   }
   return out;
 }
-
-}  // namespace
 
 std::map<std::string, std::pair<std::string, std::string>> ini_differences(const std::string& a,
                                                                            const std::string& b) {

@@ -59,7 +59,8 @@ std::string Checkpointer::choose() const {
 }
 
 void Checkpointer::check_config_unchanged(const ckpt::CheckpointReader& reader) const {
-  const std::string changes = resume_config_changes(reader.meta().config_text, config::to_ini(config_));
+  const std::string changes = resume_config_changes(reader.meta().config_text, config::to_ini(config_),
+                                                    {reader.meta().world_size, control_.world_size()});
   if (changes.empty()) return;
   if (config_.ckpt.allow_config_change) {
     log::warn("resuming with a changed config ({}), as ckpt.allow_config_change=true", changes);

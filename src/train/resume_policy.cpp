@@ -1,5 +1,8 @@
 #include "hpctrain/train/resume_policy.h"
 
+#include <charconv>
+#include <cstdint>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -29,6 +32,39 @@ bool free_to_change(const std::string& key) {
       "train.tf32",           "train.cudnn_benchmark", "model.init_from",   "model.init_names",
       "model.init_strict"};
   return keys.count(key) > 0 || key.rfind("log.", 0) == 0 || key.rfind("ckpt.", 0) == 0;
+}
+
+// An INI value as a count; 0 for a missing or unreadable one (a checkpoint's config text is input).
+std::int64_t count_of(const std::map<std::string, std::string>& values, const std::string& key) {
+  const auto found = values.find(key);
+  if (found == values.end()) return 0;
+  std::int64_t count = 0;
+  const char* end = found->second.data() + found->second.size();
+  const auto [stop, error] = std::from_chars(found->second.data(), end, count);
+  return error == std::errc() && stop == end ? count : 0;
+}
+
+// Samples per optimizer step of a config at `world` ranks (train.global_batch, else ranks x
+// train.batch_size x train.accum_steps); 0 when it cannot be read.
+std::int64_t global_batch_of(const std::string& ini, std::int64_t world) {
+  const auto values = config::ini_values(ini);
+  const std::int64_t set = count_of(values, "train.global_batch");
+  if (set > 0) return set;
+  const std::int64_t accumulation = values.count("train.accum_steps") ? count_of(values, "train.accum_steps") : 1;
+  std::int64_t per_rank = 0;
+  std::int64_t global = 0;
+  if (__builtin_mul_overflow(count_of(values, "train.batch_size"), accumulation, &per_rank) ||
+      __builtin_mul_overflow(per_rank, world, &global)) {
+    return 0;
+  }
+  return global;
+}
+
+// train.global_batch and train.accum_steps only say how a global batch is reached: a restart on
+// fewer nodes sets train.global_batch to keep the one it was trained with (slurm/launch.sh).
+bool same_global_batch(const std::string& checkpoint_ini, const std::string& current_ini, ResumeWorlds worlds) {
+  const std::int64_t before = global_batch_of(checkpoint_ini, worlds.checkpoint);
+  return before > 0 && before == global_batch_of(current_ini, worlds.now);
 }
 
 }  // namespace
@@ -64,10 +100,13 @@ std::string choose_checkpoint(const config::ResumeFrom& how, const std::string& 
   return "";
 }
 
-std::string resume_config_changes(const std::string& checkpoint_ini, const std::string& current_ini) {
+std::string resume_config_changes(const std::string& checkpoint_ini, const std::string& current_ini,
+                                  ResumeWorlds worlds) {
+  const bool batch_kept = same_global_batch(checkpoint_ini, current_ini, worlds);
   std::string changes;
   for (const auto& [key, values] : config::ini_differences(checkpoint_ini, current_ini)) {
     if (free_to_change(key)) continue;
+    if (batch_kept && (key == "train.global_batch" || key == "train.accum_steps")) continue;
     // A key the checkpoint's config lacks is an option added since it was written; that run had
     // the option's default behaviour, so keeping the default is no change.
     const config::Option* option = config::find_option(key);

@@ -101,7 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fuzz::write_file(path, data, size);
   try {
     const ckpt::CheckpointReader reader(path);
-    (void)train::resume_config_changes(reader.meta().config_text, run.config_ini);
+    (void)train::resume_config_changes(reader.meta().config_text, run.config_ini, {reader.meta().world_size, 2});
     const auto load_optimizer = [&run](const ckpt::CheckpointReader& r) {
       train::load_optimizer_state(*run.optimizer, run.parameter_names, r.read_group("optim"));
     };

@@ -61,7 +61,7 @@ timeout -k 5 60 "$nodes/run" htnode1 env "${multi_env[@]}" \
   bash "$source_dir/slurm/multinode.sbatch" "${train_args[@]}" > "$work/multi.log" 2>&1 ||
   fail "the two-node run failed (exit $?)"
 log="$work/multi.log"
-grep -qF "restart 0: mpirun --map-by ppr:2:node $bin train --config" "$log" ||
+grep -qF "2 task(s) each: mpirun --map-by ppr:2:node $bin train --config" "$log" ||
   fail "the template's launch line is not in the log"
 banners=$(grep -c "world 4 rank(s) on 2 node(s) \[htnode1, htnode2\], 2 per node" "$log" || true)
 [ "$banners" -eq 4 ] || fail "expected 4 ranks to report 'world 4 rank(s) on 2 node(s) [htnode1, htnode2]', got $banners"

@@ -32,6 +32,8 @@ bash "$source_dir/tests/slurm/local_slurm.sh" start "$cluster" 1 || exit $?
 export SLURM_CONF="$cluster/slurm.conf"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export HPCTRAIN="$bin"
+# Part 3 checks how a fault ends the step; the relaunch after it is tests/slurm/slurm_restart_test.sh's.
+export HPCTRAIN_MAX_RESTARTS=0
 
 "$bin" prepare fashion-mnist --source /usr/share/datasets/fashion-mnist --out "$work/data" --limit 1200 \
   --shards 2 > /dev/null || fail "prepare"

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -92,9 +93,9 @@ TEST(ResumeConfig, OnlyOptionsThatChangeTheComputationAreReported) {
   config::Config lengthened = config::resolve(
       "", {{"data.path", "/data"}, {"train.epochs", "9"}, {"log.every_steps", "7"}, {"ckpt.every_steps", "5"},
            {"run.dir", "elsewhere"}, {"data.loader_threads", "2"}, {"train.peak_tflops", "989.4"}});
-  EXPECT_EQ(resume_config_changes(config::to_ini(base), config::to_ini(lengthened)), "");
+  EXPECT_EQ(resume_config_changes(config::to_ini(base), config::to_ini(lengthened), {2, 2}), "");
   config::Config changed = config::resolve("", {{"data.path", "/data"}, {"optim.lr", "0.5"}, {"train.seed", "7"}});
-  const std::string changes = resume_config_changes(config::to_ini(base), config::to_ini(changed));
+  const std::string changes = resume_config_changes(config::to_ini(base), config::to_ini(changed), {2, 2});
   EXPECT_NE(changes.find("optim.lr 0.002 -> 0.5"), std::string::npos) << changes;
   EXPECT_NE(changes.find("train.seed 42 -> 7"), std::string::npos) << changes;
 }
@@ -106,9 +107,29 @@ TEST(ResumeConfigChanges, OptionsNewerThanTheCheckpointMayKeepTheirDefault) {
   const auto line = older.find("random_flip = ");
   ASSERT_NE(line, std::string::npos) << older;
   older.erase(line, older.find('\n', line) - line + 1);
-  EXPECT_EQ(resume_config_changes(older, config::to_ini(base)), "");
+  EXPECT_EQ(resume_config_changes(older, config::to_ini(base), {1, 1}), "");
   const config::Config flipped = config::resolve("", {{"data.path", "/data"}, {"data.random_flip", "true"}});
-  EXPECT_EQ(resume_config_changes(older, config::to_ini(flipped)), "data.random_flip (none) -> true");
+  EXPECT_EQ(resume_config_changes(older, config::to_ini(flipped), {1, 1}), "data.random_flip (none) -> true");
+}
+
+// A restart on fewer ranks sets train.global_batch to the checkpoint's global batch: accepted; a
+// global batch that changes is reported, whichever option changed it.
+TEST(ResumeConfigChanges, TheGlobalBatchMayBeReachedAnotherWayButNotChanged) {
+  const auto ini = [](std::map<std::string, std::string> overrides) {
+    overrides.emplace("data.path", "/data");
+    overrides.emplace("train.batch_size", "8");
+    return config::to_ini(config::resolve("", overrides));
+  };
+  const std::string four_ranks = ini({});  // 4 x 8 = 32 a step
+  EXPECT_EQ(resume_config_changes(four_ranks, ini({{"train.global_batch", "32"}}), {4, 2}), "");
+  EXPECT_EQ(resume_config_changes(four_ranks, ini({{"train.accum_steps", "2"}}), {4, 2}), "");
+  EXPECT_EQ(resume_config_changes(ini({{"train.global_batch", "32"}}), four_ranks, {2, 4}), "");
+  EXPECT_EQ(resume_config_changes(four_ranks, ini({{"train.global_batch", "64"}}), {4, 2}),
+            "train.global_batch 0 -> 64");
+  EXPECT_EQ(resume_config_changes(four_ranks, ini({{"train.accum_steps", "2"}}), {4, 4}),
+            "train.accum_steps 1 -> 2");
+  // The batch size changes what each rank's forward sees (batch norm): reported even when the global batch stays.
+  EXPECT_EQ(resume_config_changes(four_ranks, ini({{"train.batch_size", "16"}}), {4, 2}), "train.batch_size 8 -> 16");
 }
 
 // k AdamW steps, the state saved and loaded into a fresh optimizer, then one more step on each:

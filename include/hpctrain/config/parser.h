@@ -41,6 +41,9 @@ Config resolve(const std::string& ini_path, const std::map<std::string, std::str
 // The resolved configuration as an INI text that `resolve` reads back to the same Config.
 std::string to_ini(const Config& config);
 
+// "section.key" -> value, for INI text in to_ini's layout (lines that are neither are skipped).
+std::map<std::string, std::string> ini_values(const std::string& text);
+
 // Keys whose values differ between two INI texts written by to_ini ("section.key" -> {a, b}; a
 // key present in one only has "" on the other side).
 std::map<std::string, std::pair<std::string, std::string>> ini_differences(const std::string& a,

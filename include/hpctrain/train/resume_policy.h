@@ -2,6 +2,7 @@
 // the config changed in a way that matters. Depends on ckpt, config and core.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "hpctrain/config/config.h"
@@ -16,9 +17,17 @@ namespace hpctrain::train {
 // writes that never finished.
 std::string choose_checkpoint(const config::ResumeFrom& how, const std::string& dir);
 
+// The world sizes that wrote a checkpoint and that resume it.
+struct ResumeWorlds {
+  std::int64_t checkpoint = 1;
+  std::int64_t now = 1;
+};
+
 // The options that differ between a checkpoint's config and this run's, as
 // "section.key old -> new; ...", leaving out those that may change on a resume (run length,
-// logging, checkpointing, how data is read); "" when none.
-std::string resume_config_changes(const std::string& checkpoint_ini, const std::string& current_ini);
+// logging, checkpointing, how data is read, and train.global_batch and train.accum_steps when the
+// global batch stays the same at `worlds`); "" when none.
+std::string resume_config_changes(const std::string& checkpoint_ini, const std::string& current_ini,
+                                  ResumeWorlds worlds);
 
 }  // namespace hpctrain::train
