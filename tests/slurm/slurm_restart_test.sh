@@ -18,28 +18,8 @@ set -uo pipefail
 
 bin=$(realpath "${1:?usage: slurm_restart_test.sh HPCTRAIN_BINARY SOURCE_DIR}")
 source_dir=$(realpath "${2:?usage: slurm_restart_test.sh HPCTRAIN_BINARY SOURCE_DIR}")
-work=$(mktemp -d /tmp/hpctrain-slurm-restart.XXXXXX)
-chmod 0755 "$work"  # munged wants every directory above its socket searchable
-cluster="$work/slurm"
-cleanup() {
-  # Jobs first: with proctrack/linuxproc their ranks would outlive the daemons.
-  [ -f "$cluster/slurm.conf" ] && SLURM_CONF="$cluster/slurm.conf" scancel --quiet --user="$(id -un)" 2>/dev/null
-  sleep 1
-  bash "$source_dir/tests/slurm/local_slurm.sh" stop "$cluster"
-  [ -n "${KEEP_WORK:-}" ] || rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$work"/job-*.out; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done >&2; exit 1; }
-
-cd "$source_dir" || exit 1  # the templates are submitted from the repository root
-bash "$source_dir/tests/slurm/local_slurm.sh" start "$cluster" 2 || exit $?
-export SLURM_CONF="$cluster/slurm.conf"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl=self,tcp  # two "nodes" on one host must not share memory segments
-export HPCTRAIN="$bin"
-
-"$bin" prepare fashion-mnist --source /usr/share/datasets/fashion-mnist --out "$work/data" --limit 1200 \
-  --shards 2 > /dev/null || fail "prepare"
+source "$source_dir/tests/slurm/test_slurm.sh"
+start_test_slurm slurm-restart 2
 
 cpu_job=(--gpus-per-node=0 --cpus-per-task=1 --time=10 --chdir="$source_dir" --output="$work/job-%j.out")
 train_args() {  # RUN_NAME: a run of 2 x 2 ranks x 16 samples a step, a checkpoint every 5 steps

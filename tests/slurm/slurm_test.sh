@@ -13,30 +13,10 @@ set -uo pipefail
 
 bin=$(realpath "${1:?usage: slurm_test.sh HPCTRAIN_BINARY SOURCE_DIR}")
 source_dir=$(realpath "${2:?usage: slurm_test.sh HPCTRAIN_BINARY SOURCE_DIR}")
-work=$(mktemp -d /tmp/hpctrain-slurm-test.XXXXXX)
-chmod 0755 "$work"  # munged wants every directory above its socket searchable
-cluster="$work/slurm"
-cleanup() {
-  # Jobs first: with proctrack/linuxproc their ranks would outlive the daemons.
-  [ -f "$cluster/slurm.conf" ] && SLURM_CONF="$cluster/slurm.conf" scancel --quiet --user="$(id -un)" 2>/dev/null
-  [ -n "${waiter:-}" ] && kill "$waiter" 2>/dev/null
-  sleep 1
-  bash "$source_dir/tests/slurm/local_slurm.sh" stop "$cluster"
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$work"/job-*.out; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done >&2; exit 1; }
-
-cd "$source_dir"  # the templates are submitted from the repository root
-bash "$source_dir/tests/slurm/local_slurm.sh" start "$cluster" 1 || exit $?
-export SLURM_CONF="$cluster/slurm.conf"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export HPCTRAIN="$bin"
+source "$source_dir/tests/slurm/test_slurm.sh"
+start_test_slurm slurm-test 1
 # Part 3 checks how a fault ends the step; the relaunch after it is tests/slurm/slurm_restart_test.sh's.
 export HPCTRAIN_MAX_RESTARTS=0
-
-"$bin" prepare fashion-mnist --source /usr/share/datasets/fashion-mnist --out "$work/data" --limit 1200 \
-  --shards 2 > /dev/null || fail "prepare"
 
 # 40 steps of 2 ranks x 32 over 1200 samples (19 steps an epoch), AdamW, dropout: what a resume
 # must carry over exactly.
