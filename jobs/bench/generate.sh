@@ -14,21 +14,9 @@ cd "$(dirname "$0")/../.."
 
 rounds=3 new=128 layers=6 embd=384 heads=6 positions=256 threads=1
 bin=build/release/src/hpctrain
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --rounds) rounds=$2; shift 2 ;;
-    --new) new=$2; shift 2 ;;
-    --layers) layers=$2; shift 2 ;;
-    --embd) embd=$2; shift 2 ;;
-    --heads) heads=$2; shift 2 ;;
-    --positions) positions=$2; shift 2 ;;
-    --threads) threads=$2; shift 2 ;;
-    --bin) bin=$2; shift 2 ;;
-    -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    *) echo "generate.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
-[ -x "$bin" ] || { echo "generate.sh: no hpctrain binary at $bin (jobs/build.sh, or --bin PATH)" >&2; exit 2; }
+source jobs/bench/lib.sh
+bench_options "$0" "rounds new layers embd heads positions threads bin" "$@"
+bench_need_binary "$0" "$bin"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=$threads
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

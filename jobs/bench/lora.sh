@@ -21,21 +21,9 @@ memory_steps=3
 memory_block=1024
 bin=build/release/src/hpctrain
 out=build/bench-lora
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --np) np=$2; shift 2 ;;
-    --pretrain-steps) pretrain_steps=$2; shift 2 ;;
-    --tune-steps) tune_steps=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    --memory-steps) memory_steps=$2; shift 2 ;;
-    --memory-block) memory_block=$2; shift 2 ;;
-    --bin) bin=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    *) echo "lora.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
-[ -x "$bin" ] || { echo "lora.sh: no hpctrain binary at $bin (jobs/build.sh, or --bin PATH)" >&2; exit 2; }
+source jobs/bench/lib.sh
+bench_options "$0" "np pretrain_steps tune_steps rounds memory_steps memory_block bin out" "$@"
+bench_need_binary "$0" "$bin"
 tune_text=/usr/share/perl/5.36/pod/perldiag.pod
 [ -f "$tune_text" ] || tune_text=$(ls /usr/share/perl/*/pod/perldiag.pod 2>/dev/null | head -n 1)
 [ -f "$tune_text" ] || { echo "lora.sh: no perldiag.pod (Debian's perl-modules) to fine-tune on" >&2; exit 2; }

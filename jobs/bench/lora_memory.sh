@@ -13,17 +13,9 @@ steps=3
 block=1024
 bin=build/release/src/hpctrain
 out=build/bench-lora
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --steps) steps=$2; shift 2 ;;
-    --block) block=$2; shift 2 ;;
-    --bin) bin=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    *) echo "lora_memory.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
-[ -x "$bin" ] || { echo "lora_memory.sh: no hpctrain binary at $bin (jobs/build.sh, or --bin PATH)" >&2; exit 2; }
+source jobs/bench/lib.sh
+bench_options "$0" "steps block bin out" "$@"
+bench_need_binary "$0" "$bin"
 text=/usr/share/perl/5.36/pod/perldiag.pod
 [ -f "$text" ] || text=$(ls /usr/share/perl/*/pod/perldiag.pod 2>/dev/null | head -n 1)
 [ -f "$text" ] || { echo "lora_memory.sh: no perldiag.pod (Debian's perl-modules) to train on" >&2; exit 2; }

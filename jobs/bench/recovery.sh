@@ -19,19 +19,9 @@ steps=600
 np=2
 bin=build/release/src/hpctrain
 out=build/bench-recovery
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --rounds) rounds=$2; shift 2 ;;
-    --every) every=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --np) np=$2; shift 2 ;;
-    --bin) bin=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    *) echo "recovery.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
-[ -x "$bin" ] || { echo "recovery.sh: no hpctrain binary at $bin (jobs/build.sh, or --bin PATH)" >&2; exit 2; }
+source jobs/bench/lib.sh
+bench_options "$0" "rounds every steps np bin out" "$@"
+bench_need_binary "$0" "$bin"
 bin=$(realpath "$bin")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$out"

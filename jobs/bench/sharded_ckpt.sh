@@ -14,18 +14,9 @@ np=4
 stage=2
 bin=build/release/src/hpctrain
 out=build/sharded-ckpt
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --pairs) pairs=$2; shift 2 ;;
-    --np) np=$2; shift 2 ;;
-    --stage) stage=$2; shift 2 ;;
-    --bin) bin=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    *) echo "sharded_ckpt.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
-[ -x "$bin" ] || { echo "sharded_ckpt.sh: no hpctrain binary at $bin (jobs/build.sh, or --bin PATH)" >&2; exit 2; }
+source jobs/bench/lib.sh
+bench_options "$0" "pairs np stage bin out" "$@"
+bench_need_binary "$0" "$bin"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 mkdir -p "$out"
 [ -f "$out/text/manifest.json" ] ||

@@ -13,18 +13,9 @@ steps=60
 np=2
 bin=build/release/src/hpctrain
 out=build/bench-trace
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --rounds) rounds=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --np) np=$2; shift 2 ;;
-    --bin) bin=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    *) echo "trace_overhead.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
-[ -x "$bin" ] || { echo "trace_overhead.sh: no hpctrain binary at $bin (jobs/build.sh, or --bin PATH)" >&2; exit 2; }
+source jobs/bench/lib.sh
+bench_options "$0" "rounds steps np bin out" "$@"
+bench_need_binary "$0" "$bin"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 mkdir -p "$out"
 [ -f "$out/fashion/manifest.json" ] ||
