@@ -31,7 +31,7 @@ const char* kUsage =
     "usage: hpctrain ckpt inspect FILE\n"
     "       hpctrain ckpt verify FILE\n"
     "       hpctrain ckpt export FILE --out OUT [--format pytorch|safetensors] [--names hpctrain|hf-gpt2]\n"
-    "                            [--merge]\n\n"
+    "                            [--merge] [--ema]\n\n"
     "inspect: the metadata (step, epoch, sampler cursor, world size, versions, config) and every\n"
     "         tensor with its dtype, shape and size, group by group.\n"
     "verify:  reads every tensor, so every fletcher32 checksum is checked; exit 4 names the\n"
@@ -43,7 +43,8 @@ const char* kUsage =
     "         Of a LoRA run (model.lora_rank > 0): the adapters alone, with --names hf-gpt2 in PEFT's\n"
     "         adapter_model.safetensors names and an adapter_config.json beside OUT; with --merge,\n"
     "         the whole model with the adapters folded into the base (W + alpha/r B A).\n"
-    "         docs/fine-tuning.md.\n";
+    "         docs/fine-tuning.md. --ema: the moving average of the trained weights (a run with\n"
+    "         train.ema_decay) in their place.\n";
 
 int inspect(const ckpt::CheckpointReader& reader) {
   const ckpt::CheckpointMeta& m = reader.meta();
@@ -106,13 +107,14 @@ model::ModelSpec trained_model_spec(const config::Config& config) {
 }
 
 // The whole model of a LoRA checkpoint with its adapters folded into the base weights.
-ckpt::NamedTensors merged_weights(const ckpt::CheckpointReader& reader, const config::Config& config) {
+ckpt::NamedTensors merged_weights(const ckpt::CheckpointReader& reader, const config::Config& config,
+                                  train::Weights which) {
   if (config.model.name == config::ModelName::kGpt && model::lora_targets(config.model).count("head") != 0) {
     throw ConfigError("ckpt export --merge: the adapter on the head (model.lora_targets=head) cannot be merged: the "
                       "head is the token embedding's weight, which merging would change for the inputs too; export "
                       "the adapters without --merge");
   }
-  const std::shared_ptr<model::Model> model = checkpoint_model(reader, config, trained_model_spec(config));
+  const std::shared_ptr<model::Model> model = checkpoint_model(reader, config, trained_model_spec(config), which);
   ckpt::NamedTensors weights = train::all_weights(*model);
   for (auto& [name, tensor] : weights) {
     if (tensor.is_floating_point()) tensor = tensor.to(at::kFloat);  // a bf16 base's merged in full
@@ -152,6 +154,22 @@ std::string write_adapter_config(const std::string& out, const config::ModelConf
   return path;
 }
 
+// The model group's tensors with the moving average's (the ema group) in place of the trained
+// weights of the same names; one the model group lacks, or of another shape, is a damaged file.
+ckpt::NamedTensors averaged(const ckpt::CheckpointReader& reader, ckpt::NamedTensors tensors) {
+  std::map<std::string, at::Tensor*> by_name;
+  for (auto& [name, tensor] : tensors) by_name[name] = &tensor;
+  for (auto& [name, average] : reader.read_group("ema")) {
+    const auto found = by_name.find(name);
+    if (found == by_name.end() || !found->second->sizes().equals(average.sizes()) ||
+        found->second->scalar_type() != average.scalar_type()) {
+      throw CheckpointError(reader.path() + ": ema/" + name + " has no weight of its name, shape and dtype in /model");
+    }
+    *found->second = average;
+  }
+  return tensors;
+}
+
 int export_weights(const ckpt::CheckpointReader& reader, const config::ParsedArgs& parsed) {
   const weights::WeightFormat format = export_format(parsed);
   if (!parsed.has("out")) throw ConfigError("ckpt export: --out FILE is required");
@@ -171,8 +189,16 @@ int export_weights(const ckpt::CheckpointReader& reader, const config::ParsedArg
   }
   // Only a LoRA checkpoint's config is read: the adapters' options, and the base to merge into.
   const config::Config config = adapters ? checkpoint_config(reader) : config::Config{};
-  ckpt::NamedTensors tensors = merge ? merged_weights(reader, config) : reader.read_group("model");
+  const bool average = parsed.has("ema");
+  if (average && !reader.has_group("ema")) {
+    throw ConfigError("ckpt export --ema exports the moving average of the weights; " + reader.path() +
+                      " holds none (no /ema group: train.ema_decay was 0): drop --ema");
+  }
+  ckpt::NamedTensors tensors =
+      merge ? merged_weights(reader, config, average ? train::Weights::kAverageIfKept : train::Weights::kTrained)
+            : reader.read_group("model");
   if (tensors.empty()) throw CheckpointError(reader.path() + ": has no /model tensors to export");
+  if (average && !merge) tensors = averaged(reader, std::move(tensors));
   const std::string out = parsed.flags.at("out");
   std::string what = "model " + model;
   if (adapters && !merge) {
@@ -187,7 +213,8 @@ int export_weights(const ckpt::CheckpointReader& reader, const config::ParsedArg
   weights::write_weights(out, tensors, format,
                          {{"hpctrain_model", model}, {"hpctrain_step", std::to_string(reader.meta().step)},
                           {"hpctrain_names", names}});
-  std::cout << "exported " << tensors.size() << " tensor(s) of " << what << (merge ? ", merged," : "") << " ("
+  std::cout << "exported " << tensors.size() << " tensor(s) of " << what << (merge ? ", merged," : "")
+            << (average ? " (their moving average)" : "") << " ("
             << names << " names) to " << out << " (" << weights::name_of(format) << ")\n";
   return 0;
 }
@@ -196,7 +223,8 @@ int export_weights(const ckpt::CheckpointReader& reader, const config::ParsedArg
 
 int run_ckpt(const Args& args) {
   const std::vector<config::Flag> flags{
-      {"format", true, ""}, {"names", true, ""}, {"to", true, ""}, {"out", true, ""}, {"merge", false, ""}};
+      {"format", true, ""}, {"names", true, ""}, {"to", true, ""}, {"out", true, ""}, {"merge", false, ""},
+      {"ema", false, ""}};
   if (wants_help(args)) {
     std::cout << kUsage;
     return 0;

@@ -24,6 +24,7 @@ int run_eval(const Args& args) {
                  "[--section.key=value ...]\n\n"
                  "Loads FILE into the model the config describes and reports test loss and accuracy\n"
                  "on data.eval_split (a language model: loss, perplexity and next-token accuracy).\n"
+                 "A checkpoint of a run with train.ema_decay is scored with its moving average.\n"
                  "Options:\n"
               << config::options_help();
     return 0;
@@ -40,7 +41,7 @@ int run_eval(const Args& args) {
   init_early_logging(parsed.config.log);
   train::TrainingSetup setup = train::prepare_training(parsed.config, /*need_train_split=*/false);
   const ckpt::CheckpointReader reader(path);
-  train::read_checkpoint_weights(reader, *setup.model, setup.config.model);
+  train::read_checkpoint_weights(reader, *setup.model, setup.config.model, train::Weights::kAverageIfKept);
   const ckpt::CheckpointMeta& meta = reader.meta();
 
   const Ranks ranks = start_ranks(config_start(parsed.config, setup.use_cuda));

@@ -39,6 +39,7 @@ const char* kUsage =
     "           [--out FILE]\n\n"
     "Continues each prompt with a language model (model.name=gpt, or a scripted language model):\n"
     "  --checkpoint FILE    a checkpoint of `hpctrain train`; its config gives the model and data\n"
+    "                       (and with train.ema_decay, its moving average gives the weights)\n"
     "  --weights FILE       weights as model.init_from reads them (safetensors, torch.save, a\n"
     "                       checkpoint), with --config FILE [--section.key=value] for the model\n"
     "  --prompts FILE       one prompt per line (empty lines skipped)\n"
@@ -122,7 +123,8 @@ Loaded load_model(const config::ParsedArgs& parsed) {
     loaded.config = checkpoint_config(reader);
     loaded.tokenizer = tokenizer_for(parsed, loaded.config, vocabulary);
     const config::ModelConfig& m = loaded.config.model;
-    loaded.model = checkpoint_model(reader, loaded.config, {{m.gpt_block_size}, vocabulary, true});
+    loaded.model = checkpoint_model(reader, loaded.config, {{m.gpt_block_size}, vocabulary, true},
+                                    train::Weights::kAverageIfKept);
     return loaded;
   }
   if (parsed.config_file.empty()) throw ConfigError("generate: --weights needs --config FILE for the model");

@@ -231,10 +231,10 @@ config::Config checkpoint_config(const ckpt::CheckpointReader& reader) {
 }
 
 std::shared_ptr<model::Model> checkpoint_model(const ckpt::CheckpointReader& reader, const config::Config& config,
-                                               const model::ModelSpec& spec) {
+                                               const model::ModelSpec& spec, train::Weights which) {
   torch::manual_seed(static_cast<std::uint64_t>(config.train.seed));  // a LoRA base without init_from is the seed's
   std::shared_ptr<model::Model> model = model::make_model(config.model, spec);
-  train::read_checkpoint_weights(reader, *model, config.model);
+  train::read_checkpoint_weights(reader, *model, config.model, which);
   return model;
 }
 

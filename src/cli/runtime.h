@@ -17,6 +17,7 @@
 #include "hpctrain/config/config.h"
 #include "hpctrain/config/parser.h"
 #include "hpctrain/model/model.h"
+#include "hpctrain/train/lora_base.h"
 
 namespace hpctrain::cli {
 
@@ -84,8 +85,8 @@ std::int64_t int_flag(const config::ParsedArgs& parsed, const std::string& comma
 config::Config checkpoint_config(const ckpt::CheckpointReader& reader);
 
 // The model a checkpoint holds (generate, ckpt export --merge), built from its config `config`
-// with the shapes of `spec`; a LoRA model's base rebuilt and checked first.
+// with the shapes of `spec`; a LoRA model's base rebuilt and checked first; `which` weights.
 std::shared_ptr<model::Model> checkpoint_model(const ckpt::CheckpointReader& reader, const config::Config& config,
-                                               const model::ModelSpec& spec);
+                                               const model::ModelSpec& spec, train::Weights which);
 
 }  // namespace hpctrain::cli

@@ -443,6 +443,13 @@ std::vector<Option> build_table() {
       row("train.label_smoothing", &C::train, &TrainConfig::label_smoothing, "0",
           "Label smoothing of the training loss (cross-entropy against (1-e) one-hot + e/classes).",
           in_unit_interval()),
+      row("train.ema_decay", &C::train, &TrainConfig::ema_decay, "0",
+          "Keep an exponential moving average of the trained weights: after every applied step "
+          "average = decay x average + (1 - decay) x weight (0.999 averages about the last 1,000 "
+          "steps). Evaluations, hpctrain eval and generate then use the average, checkpoints keep "
+          "it (the ema group) and ckpt export --ema exports it; 0: none. Not with "
+          "dist.zero_stage=3.",
+          in_unit_interval()),
 
       row("dist.bucket_mb", &C::dist, &DistConfig::bucket_mb, "25",
           "Gradients are reduced in buckets of about this many MiB, in reverse parameter order, "

@@ -217,6 +217,7 @@ ckpt::Checkpoint Checkpointer::assemble(Step& step, const RunPosition& at, const
   // At stage 3 each rank adds its slices of the parameters; the buffers are whole everywhere.
   checkpoint.groups["model"] = step.update().shards_parameters() ? model_buffers(step.model()) : model_state(step.model());
   step.update().add_state(checkpoint);
+  if (const WeightAverage* average = step.average()) checkpoint.groups["ema"] = average->averages();
   checkpoint.groups["sched"] = {{"step", torch::full({}, at.step, torch::kLong)}};
   for (auto& entry : step.skipped().state()) checkpoint.groups["sched"].push_back(std::move(entry));
   checkpoint.groups["rng"] = std::move(generators);

@@ -5,9 +5,11 @@
 #include <map>
 
 #include "hpctrain/core/error.h"
+#include "hpctrain/core/log.h"
 #include "hpctrain/io/fletcher32.h"
 #include "hpctrain/model/lora.h"
 #include "hpctrain/train/checkpointer.h"
+#include "hpctrain/train/weight_average.h"
 #include "hpctrain/weights/init_from.h"
 
 namespace hpctrain::train {
@@ -52,13 +54,16 @@ void check_base(const ckpt::CheckpointReader& reader, model::Model& model, const
 }
 
 void read_checkpoint_weights(const ckpt::CheckpointReader& reader, model::Model& model,
-                             const config::ModelConfig& config) {
+                             const config::ModelConfig& config, Weights which) {
   if (model::has_adapters(model) && !config.init_from.empty()) {
     const weights::WeightFile file = weights::WeightFile::open(config.init_from);
     weights::load_weights(model, weights::map_weights(config, file), config.init_strict, config.init_from);
   }
   check_base(reader, model, base_source(config));
   reader.read_into("model", model_state(model));
+  if (which == Weights::kTrained || !reader.has_group("ema")) return;
+  reader.read_into("ema", averaged_parameters(model));
+  log::info("using the moving average of the weights that {} holds (train.ema_decay; its ema group)", reader.path());
 }
 
 }  // namespace hpctrain::train

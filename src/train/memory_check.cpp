@@ -30,7 +30,8 @@ std::int64_t model_state_to_come(std::int64_t elements, std::int64_t bytes, cons
   const std::int64_t shards = std::max(1, world_size);
   const std::int64_t gradients = stage >= 2 ? ceil_div(bytes, shards) : bytes;
   const std::int64_t state_elements = stage >= 1 ? ceil_div(elements, shards) : elements;
-  return gradients + state_elements * optimizer_state_bytes_per_element(config.optim);
+  const std::int64_t average = config.train.ema_decay > 0 ? bytes : 0;  // whole on every rank
+  return gradients + state_elements * optimizer_state_bytes_per_element(config.optim) + average;
 }
 
 MemoryNeed memory_need(const config::Config& config, const ItemBytes& train, std::int64_t read_ahead,

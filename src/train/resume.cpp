@@ -30,12 +30,18 @@ std::optional<Resumed> Checkpointer::resume(Step& step, std::int64_t accumulatio
   // At stage 3 the model is read whole (as at start-up, when it was built whole) and then sharded.
   update.with_whole_parameters([&] {
     state = read_resume_state(reader, ResumeTargets{step.model(), load_optimizer, step.skipped(), step.loss_scaler(),
-                                                    device_, control_.world_rank(), control_.world_size()});
+                                                    step.average(), device_, control_.world_rank(),
+                                                    control_.world_size()});
   });
   step.set_count(state.step);
   if (step.loss_scaler() && !state.loss_scale_restored) {
     log::warn("checkpoint {} holds no loss scale (written without loss scaling); starting from "
               "train.loss_scale_init={}", chosen, config_.train.loss_scale_init);
+  }
+  if (WeightAverage* average = step.average(); average && !state.average_restored) {
+    average->restart();
+    log::warn("checkpoint {} holds no moving average of the weights (written with train.ema_decay=0); the "
+              "average starts from the resumed weights", chosen);
   }
   if (!state.generators_restored) {
     // Another world size: no rank's generators carry over; new ones, distinct per rank and step.

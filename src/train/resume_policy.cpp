@@ -19,18 +19,18 @@ namespace {
 // checkpointing, how data is read, and how the ranks share the state (dist.zero_stage: the same
 // step, the additions perhaps in another order), none of which changes what is computed (nor do the
 // starting loss scale, since a resume continues the checkpoint's, what a non-finite step does,
-// and the peak MFU is measured against). The GPU's float32 shortcuts (TF32 rounds the inputs of
+// the peak MFU is measured against, and the moving average kept beside the weights). The GPU's float32 shortcuts (TF32 rounds the inputs of
 // products to a 10-bit mantissa, about 1e-3 relative; cuDNN's algorithm choice) change results
 // slightly, as resuming on another GPU model does, not what is trained. The weights a run started
 // from (model.init_*) are the checkpoint's by now: a resume takes them from the checkpoint.
 bool free_to_change(const std::string& key) {
   static const std::set<std::string> keys{
-      "run.dir",          "train.epochs",        "train.max_steps",    "train.threads",
-      "train.eval_batch_size", "data.eval_split", "data.prefetch",      "data.loader_threads",
-      "data.cache_mb",    "data.io",             "dist.timeout_s",     "dist.check_replicas_every", "dist.zero_stage",
-      "train.loss_scale_init", "train.nonfinite",    "train.max_skipped", "train.peak_tflops",
-      "train.tf32",           "train.cudnn_benchmark", "model.init_from",   "model.init_names",
-      "model.init_strict"};
+      "run.dir",           "train.epochs",          "train.max_steps",    "train.threads",
+      "train.eval_batch_size", "data.eval_split",   "data.prefetch",      "data.loader_threads",
+      "data.cache_mb",     "data.io",               "dist.timeout_s",     "dist.check_replicas_every",
+      "dist.zero_stage",   "train.loss_scale_init", "train.nonfinite",    "train.max_skipped",
+      "train.peak_tflops", "train.tf32",            "train.cudnn_benchmark", "train.ema_decay",
+      "model.init_from",   "model.init_names",      "model.init_strict"};
   return keys.count(key) > 0 || key.rfind("log.", 0) == 0 || key.rfind("ckpt.", 0) == 0;
 }
 

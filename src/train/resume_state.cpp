@@ -33,6 +33,10 @@ ResumedState read_resume_state(const ckpt::CheckpointReader& reader, const Resum
                           "); the file is damaged");
   }
   reader.read_into("model", model_state(targets.model));
+  if (targets.average && reader.has_group("ema")) {
+    reader.read_into("ema", targets.average->averages());
+    resumed.average_restored = true;
+  }
   const ckpt::NamedTensors sched = reader.read_group("sched");
   const ckpt::NamedTensors scaler = reader.read_group("loss_scaler");  // empty when absent
   try {

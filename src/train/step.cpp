@@ -72,6 +72,7 @@ Step::Step(std::shared_ptr<model::Model> model, const config::Config& config, co
   update_ = make_gradient_update(config_, comm_, trainable_parameters(module), *model_);
   synchronize_batch_norm(config_, *model_, comm_);
   loss_scaler_ = loss_scaler_for(config_.train);
+  if (config_.train.ema_decay > 0) average_.emplace(averaged_parameters(*model_), config_.train.ema_decay);
   log_model();
 }
 
@@ -112,6 +113,7 @@ StepResult Step::run(const std::vector<data::Batch>& micro_batches, const StepPl
   const trace::Span span("optimizer");
   if (result.finite) result.grad_norm = update_->clip(config_.optim.clip_grad_norm, plan.want_grad_norm);
   update_->update(plan.lr, /*apply=*/result.finite);
+  if (average_ && result.finite) average_->update();
   ++count_;
   check_replicas();
   return result;
@@ -227,6 +229,11 @@ void Step::log_model() const {
             comm_.rank(), bytes_text(held.parameters), bytes_text(held.gradients), bytes_text(held.optimizer_state),
             config_.dist.zero_stage,
             config_.dist.zero_stage == 0 ? "" : fmt::format(", its share of {} rank(s)", comm_.size()));
+  if (average_) {
+    log::info("keeping a moving average of the trained weights (train.ema_decay={}): {} more, used by "
+              "evaluation and kept in checkpoints",
+              config_.train.ema_decay, bytes_text(average_->bytes()));
+  }
 }
 
 }  // namespace hpctrain::train

@@ -179,7 +179,14 @@ std::optional<EvalResult> Trainer::evaluate(std::int64_t epoch) {
   const activity::Scope evaluating(activity::Kind::kEvaluation);
   const trace::Span span("evaluation");
   step_.sync_buffers();
-  return evaluation_.run(step_.model(), epoch, step_.count());
+  std::optional<EvalResult> result;
+  const auto run = [&] { result = evaluation_.run(step_.model(), epoch, step_.count()); };
+  if (WeightAverage* average = step_.average()) {
+    average->with_averaged_parameters(run);  // what the run's weights are for, with train.ema_decay
+  } else {
+    run();
+  }
+  return result;
 }
 
 std::string Trainer::save_checkpoint(bool best) {

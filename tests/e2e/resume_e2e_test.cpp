@@ -105,6 +105,66 @@ TEST_F(ResumeEndToEnd, StoppedMidEpochAndResumedEqualsUninterruptedToTheBit) {
   EXPECT_EQ(read_file(work_ + "/split/config.ini"), config_before);
 }
 
+// train.ema_decay: the moving average resumes exactly, differs from the trained weights, and is
+// what `eval` scores and `ckpt export --ema` exports.
+TEST_F(ResumeEndToEnd, AMovingAverageOfTheWeightsResumesExactlyAndIsWhatEvalAndExportUse) {
+  const std::string average = " --train.ema_decay=0.9";
+  const ProcessResult whole = run_command(train(2, "ema-whole", "--train.max_steps=16" + average));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_EQ(count_lines_with(whole.err, "keeping a moving average of the trained weights (train.ema_decay=0.9)"), 1)
+      << whole.err;
+  const ProcessResult first = run_command(train(2, "ema-split", "--train.max_steps=7 --ckpt.every_steps=1" + average));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  // Step by step, each average moved a tenth of the way to the step's weights.
+  for (int k = 2; k <= 7; ++k) {
+    const std::string dir = work_ + "/ema-split/checkpoints/ckpt-";
+    std::map<std::string, at::Tensor> before;
+    for (const auto& [name, tensor] : group(dir + std::to_string(k - 1) + ".h5", "ema")) before[name] = tensor;
+    const ckpt::NamedTensors now = group(dir + std::to_string(k) + ".h5", "ema");
+    std::map<std::string, at::Tensor> weights;
+    for (const auto& [name, tensor] : group(dir + std::to_string(k) + ".h5", "model")) weights[name] = tensor;
+    for (const auto& [name, tensor] : now) {
+      EXPECT_TRUE(at::allclose(tensor, at::lerp(before.at(name), weights.at(name), 0.1), 1e-5, 1e-7))
+          << name << " at step " << k;
+    }
+  }
+  const ProcessResult second = run_command(train(2, "ema-split", "--train.max_steps=16" + average));
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  const std::string a = work_ + "/ema-whole/checkpoints/ckpt-16.h5";
+  const std::string b = work_ + "/ema-split/checkpoints/ckpt-16.h5";
+  expect_same_tensors(a, b, {"model", "ema", "optim"});
+
+  const ckpt::NamedTensors trained = group(b, "model");
+  const ckpt::NamedTensors averaged = group(b, "ema");
+  std::map<std::string, at::Tensor> by_name(trained.begin(), trained.end());
+  ASSERT_FALSE(averaged.empty());
+  bool differs = false;
+  for (const auto& [name, tensor] : averaged) differs = differs || !at::equal(tensor, by_name.at(name));
+  EXPECT_TRUE(differs) << "the average equals the trained weights";
+
+  const std::string exported = work_ + "/ema.pt";
+  const ProcessResult exporting = run_command(kBin + " ckpt export " + b + " --ema --out " + exported);
+  ASSERT_EQ(exporting.exit_code, 0) << exporting.err;
+  EXPECT_NE(exporting.out.find("(their moving average)"), std::string::npos) << exporting.out;
+  const std::string bytes = read_file(exported);
+  const c10::Dict<c10::IValue, c10::IValue> state =
+      torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
+  ASSERT_EQ(state.size(), trained.size());
+  for (const auto& [name, tensor] : averaged) by_name[name] = tensor;  // buffers stay the trained ones
+  for (const auto& [name, tensor] : by_name) EXPECT_TRUE(at::equal(state.at(name).toTensor(), tensor)) << name;
+  const ProcessResult plain = run_command(train(1, "no-ema", "--train.max_steps=1"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const ProcessResult none =
+      run_command(kBin + " ckpt export " + work_ + "/no-ema/checkpoints/ckpt-1.h5 --ema --out " + exported);
+  EXPECT_EQ(none.exit_code, 2) << none.err;
+  EXPECT_NE(none.err.find("holds none (no /ema group: train.ema_decay was 0)"), std::string::npos) << none.err;
+
+  const ProcessResult eval = run_command(kBin + " eval --checkpoint " + b + " --config " + kSource +
+                                         "/configs/fashion_cnn.ini --data.path=" + data_ + " --train.threads=1");
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  EXPECT_EQ(count_lines_with(eval.err, "using the moving average of the weights that " + b + " holds"), 1) << eval.err;
+}
+
 TEST_F(ResumeEndToEnd, AnotherRankCountContinuesTheEpochFromItsCursor) {
   const ProcessResult first = run_command(train(2, "grow", "--train.max_steps=11"));
   ASSERT_EQ(first.exit_code, 0) << first.err;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "fuzz_target.h"
@@ -19,6 +20,7 @@
 #include "hpctrain/train/optimizer.h"
 #include "hpctrain/train/resume_policy.h"
 #include "hpctrain/train/resume_state.h"
+#include "hpctrain/train/weight_average.h"
 #include "hpctrain/train/train_state.h"
 #include "hpctrain/train/trainer.h"
 
@@ -26,8 +28,8 @@ namespace hpctrain::fuzz {
 
 namespace {
 
-// A small mlp with AdamW state after one step, a loss scaler and a best accuracy: every group a
-// checkpoint can hold.
+// A small mlp with AdamW state after one step, a loss scaler, a moving average of its weights and
+// a best accuracy: every group a checkpoint can hold.
 struct Run {
   std::string config_ini = config::to_ini(config::resolve("", {{"model.name", "mlp"}, {"model.mlp_hidden", "8"}},
                                                           /*require_complete=*/false));
@@ -36,6 +38,7 @@ struct Run {
   std::vector<std::string> parameter_names;
   train::SkippedSteps skipped{train::NonfinitePolicy{}};
   train::LossScaler loss_scaler;
+  std::optional<train::WeightAverage> average;
 
   Run() {
     torch::manual_seed(3);
@@ -56,6 +59,7 @@ struct Run {
     optimizer->zero_grad();
     model->forward(torch::rand({2, 1, 4, 4})).sum().backward();
     optimizer->step();
+    average.emplace(train::averaged_parameters(*model), 0.9);
   }
 
   std::string write(const std::string& dir) {
@@ -68,6 +72,7 @@ struct Run {
     checkpoint.groups["sched"] = skipped.state();
     checkpoint.groups["sched"].emplace_back("step", torch::full({}, 1, torch::kInt64));
     checkpoint.groups["loss_scaler"] = loss_scaler.state();
+    checkpoint.groups["ema"] = average->averages();
     checkpoint.groups["metrics"] = {{"best_test_acc", torch::full({}, 0.5, torch::kDouble)}};
     for (auto& [name, state] : train::rng_state(c10::Device(c10::kCPU))) {
       checkpoint.groups["rng"].emplace_back("rank-0/" + name, state);
@@ -105,7 +110,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto load_optimizer = [&run](const ckpt::CheckpointReader& r) {
       train::load_optimizer_state(*run.optimizer, run.parameter_names, r.read_group("optim"));
     };
-    train::read_resume_state(reader, train::ResumeTargets{*run.model, load_optimizer, run.skipped, &run.loss_scaler});
+    train::read_resume_state(reader, train::ResumeTargets{*run.model, load_optimizer, run.skipped, &run.loss_scaler, &*run.average});
     // What a rank of a sharded optimizer reads: its elements of each state, by range.
     for (const std::string& name : run.parameter_names) {
       if (!reader.has("optim", name + "/exp_avg")) continue;

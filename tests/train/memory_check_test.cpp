@@ -35,6 +35,9 @@ TEST(MemoryCheck, ModelStateFollowsTheZeroStage) {
   EXPECT_EQ(model_state_to_come(kElements, kBytes, sgd, 4), kBytes);
   sgd.optim.momentum = 0.9;
   EXPECT_EQ(model_state_to_come(kElements, kBytes, sgd, 4), 2 * kBytes);
+  config::Config averaged = adamw_config(2);  // a moving average of the weights is whole on every rank
+  averaged.train.ema_decay = 0.999;
+  EXPECT_EQ(model_state_to_come(kElements, kBytes, averaged, 4), kBytes / 4 + 2 * kBytes / 4 + kBytes);
 }
 
 TEST(MemoryCheck, NeedCountsEveryMicroBatchReadAheadAndOneEvaluationBatch) {

@@ -24,8 +24,8 @@ inline constexpr std::int64_t kFormatVersion = 2;
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 // Every group a checkpoint may hold (docs/checkpoint-format.md); "loss_scaler" only with
-// train.precision=fp16, "metrics" only after an evaluation.
-inline constexpr const char* kGroups[] = {"model", "optim", "sched", "rng", "metrics", "loss_scaler", "base"};
+// train.precision=fp16, "metrics" only after an evaluation, "ema" only with train.ema_decay.
+inline constexpr const char* kGroups[] = {"model", "optim", "sched", "rng", "metrics", "loss_scaler", "base", "ema"};
 
 struct CheckpointMeta {
   std::int64_t format_version = kFormatVersion;

@@ -161,6 +161,7 @@ struct TrainConfig {
   std::int64_t accum_steps = 1;  // micro-batches per optimizer step
   std::int64_t global_batch = 0;  // when set, accum_steps follows from it and the world size
   double label_smoothing = 0.0;
+  double ema_decay = 0.0;  // a moving average of the weights; 0: none
   Precision precision = Precision::kFp32;  // autocast in the forward pass
   LossScale loss_scale = LossScale::kAuto;  // auto: dynamic with fp16
   double loss_scale_init = 65536.0;

@@ -24,10 +24,15 @@ std::string base_source(const config::ModelConfig& config);
 // `source` says where it came from) or the weights the checkpoint has no checksum for.
 void check_base(const ckpt::CheckpointReader& reader, model::Model& model, const std::string& source);
 
+// Which of a checkpoint's weights to put to use.
+enum class Weights { kTrained, kAverageIfKept };
+
 // Reads the model weights of the checkpoint `reader` into `model`, built from the checkpoint's
 // model config `config` after train.seed was set. With adapters, the base comes first: the seed's
-// weights, or model.init_from's, checked against the checkpoint's checksums.
+// weights, or model.init_from's, checked against the checkpoint's checksums. kAverageIfKept: the
+// trainable weights are then the moving average's (train.ema_decay) where the checkpoint holds
+// one, and this says so in the log.
 void read_checkpoint_weights(const ckpt::CheckpointReader& reader, model::Model& model,
-                             const config::ModelConfig& config);
+                             const config::ModelConfig& config, Weights which);
 
 }  // namespace hpctrain::train

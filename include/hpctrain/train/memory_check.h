@@ -36,7 +36,8 @@ struct MemoryNeed {
 };
 
 // Gradients and optimizer state still to come for `elements` trainable float32 parameters of
-// `bytes` in all, as dist.zero_stage shares them among `world_size` ranks.
+// `bytes` in all, as dist.zero_stage shares them among `world_size` ranks, and the moving average
+// of train.ema_decay.
 std::int64_t model_state_to_come(std::int64_t elements, std::int64_t bytes, const config::Config& config,
                                  int world_size);
 

@@ -1,7 +1,8 @@
 // What a resume reads from a checkpoint into a run's live objects: the model, the optimizer's
-// state, the skipped-step counts, the loss scale, the best evaluation and this rank's random
-// generators. Every malformed entry is a CheckpointError naming the file and the entry, never an
-// error of the tensor library (tests/fuzz/checkpoint_fuzz.cpp feeds it corrupted files).
+// state, the skipped-step counts, the loss scale, the moving average of the weights, the best
+// evaluation and this rank's random generators. Every malformed entry is a CheckpointError naming
+// the file and the entry, never an error of the tensor library (tests/fuzz/checkpoint_fuzz.cpp
+// feeds it corrupted files).
 // Depends on ckpt, model and the train module's state holders.
 #pragma once
 
@@ -17,6 +18,7 @@
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/loss_scaler.h"
 #include "hpctrain/train/nonfinite.h"
+#include "hpctrain/train/weight_average.h"
 
 namespace hpctrain::train {
 
@@ -27,6 +29,7 @@ struct ResumeTargets {
   std::function<void(const ckpt::CheckpointReader&)> load_optimizer_state;
   SkippedSteps& skipped;
   LossScaler* loss_scaler = nullptr;  // null without loss scaling
+  WeightAverage* average = nullptr;    // null without train.ema_decay
   c10::Device device = c10::Device(c10::kCPU);
   int rank = 0;
   int world_size = 1;
@@ -42,6 +45,7 @@ struct ResumedState {
   // them. Otherwise the caller seeds new ones.
   bool generators_restored = false;
   bool loss_scale_restored = false;  // the checkpoint held one and targets.loss_scaler took it
+  bool average_restored = false;     // the checkpoint held a moving average and targets.average took it
 };
 
 // Reads `reader`'s model, optimizer, schedule, loss-scaler, metrics and generator state into

@@ -3,9 +3,9 @@
 // micro-batch's forward (under autocast), its masked loss and backward, with the gradient
 // reduction starting in buckets during the last backward; then the reduction's end, the
 // finiteness agreement (a loss scaler's unscale), clipping, the learning rate and the optimizer
-// update, and a replica check when due. How gradients become the update is a GradientUpdate
-// (gradient_update.h), so a sharded optimizer changes that and not this. Depends on comm, data
-// (Batch), model and the train module's parts.
+// update, the moving average of the weights, and a replica check when due. How gradients become
+// the update is a GradientUpdate (gradient_update.h), so a sharded optimizer changes that and not
+// this. Depends on comm, data (Batch), model and the train module's parts.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -23,6 +23,7 @@
 #include "hpctrain/train/gradient_update.h"
 #include "hpctrain/train/loss_scaler.h"
 #include "hpctrain/train/nonfinite.h"
+#include "hpctrain/train/weight_average.h"
 
 namespace hpctrain::comm {
 class Communicator;
@@ -74,6 +75,8 @@ class Step {
   // What this rank holds for training (dist.zero_stage decides how much).
   HeldBytes held_bytes() const { return update_->held_bytes(); }
   SkippedSteps& skipped() { return skipped_; }
+  // The moving average of the weights (train.ema_decay); null without one.
+  WeightAverage* average() { return average_ ? &*average_ : nullptr; }
   LossScaler* loss_scaler() { return loss_scaler_ ? &*loss_scaler_ : nullptr; }
   // The FLOPs of training one sample (or window), counted in this process's first forward; none
   // when that forward ran no product or convolution, or before it.
@@ -94,6 +97,7 @@ class Step {
   std::vector<at::Tensor> buffers_before_step_;  // restored when a step is skipped
   std::unique_ptr<GradientUpdate> update_;
   std::optional<LossScaler> loss_scaler_;
+  std::optional<WeightAverage> average_;
   SkippedSteps skipped_;
   std::int64_t count_ = 0;
   bool flops_counted_ = false;
