@@ -2,7 +2,7 @@
 # Sourced by slurm/launch.sh: what a Slurm job does when its training step fails (an exit other
 # than 0, 75 and the config and data errors 2 and 3): it finds the nodes of its allocation that
 # are still usable, relaunches on them, keeping the global batch, and the run resumes from its
-# newest checkpoint. docs/slurm.md, "Restarting after a failure".
+# newest checkpoint. docs/slurm.md, "Failures: relaunch on the nodes that are left".
 #
 #   HPCTRAIN_MAX_RESTARTS  restarts allowed over the job's life, requeues included (default 3)
 #   HPCTRAIN_PROBE_TIMEOUT seconds one node's `hpctrain doctor` may take (default 120)
@@ -48,7 +48,7 @@ hpctrain_usable_nodes() {
 # Prints the value of `section.key` in `hpctrain train --print-config` output read from stdin.
 hpctrain_config_value() {
   awk -v section="${1%%.*}" -v key="${1#*.}" \
-    '/^\[/ { inside = ($0 == "[" section "]") } inside && $1 == key { print $3; exit }'
+    '/^\[/ { inside = ($0 == "[" section "]") } inside && $1 == key { sub(/^[^=]*= /, ""); print; exit }'
 }
 
 # The samples per optimizer step of the resolved CONFIG (train.global_batch, else WORLD ranks x

@@ -69,7 +69,7 @@ launch() {
     SLURM_JOB_NUM_NODES=$(tr ',' '\n' <<< "$nodes" | grep -c .)
     export SLURM_JOB_NUM_NODES
     source slurm/launch.sh
-    hpctrain_launch train --run.dir="$work/run" "$@"
+    hpctrain_launch train --run.dir="$work/run dir" "$@"
   ) > "$work/out" 2>&1
 }
 
@@ -81,10 +81,10 @@ status=$?
 [ "$status" -eq 0 ] || fail "1: exit $status"
 grep -q "not using n2: Slurm reports it drain" "$work/out" || fail "1: n2's state not named"
 grep -q "restart 1 of 3: the training step failed with exit 137 after [0-9]* s; dropped: n2 n4; relaunching on n1 n3: world 4 (was 8), global batch 128" \
-  "$work/run/restarts.log" || fail "1: restarts.log: $(cat "$work/run/restarts.log")"
+  "$work/run dir/restarts.log" || fail "1: restarts.log: $(cat "$work/run dir/restarts.log")"
 sed -n 2p "$work/calls" | grep -q -- "--nodelist=n1,n3 --nodes=2 --ntasks=4 --ntasks-per-node=2 .* --train.global_batch=128 --train.accum_steps=1$" ||
   fail "1: relaunch: $(sed -n 2p "$work/calls")"
-rm -rf "$work"/state-* "$work/run"
+rm -rf "$work"/state-* "$work/run dir"
 
 # 2. 3 nodes, n3's doctor failing, a global batch of 96 set by the user: 2 nodes (64 a micro-batch)
 #    do not divide it, 1 does.
@@ -92,14 +92,14 @@ echo 5 > "$work/doctor-n3"
 launch n1,n2,n3 2 "1 0" --train.global_batch=96
 grep -q "not using n3: hpctrain doctor failed there (exit 5)" "$work/out" || fail "2: n3's doctor not named"
 grep -q "dropped: n2 n3; relaunching on n1: world 2 (was 6), global batch 96" "$work/out" || fail "2: $(cat "$work/out")"
-rm -rf "$work"/doctor-* "$work/run"
+rm -rf "$work"/doctor-* "$work/run dir"
 
 # 3. No usable node: the job requeues itself; the restart is counted.
 echo "down*" > "$work/state-n1"
 launch n1 2 "137"
 status=$?
 [ "$status" -eq 0 ] || fail "3: exit $status"
-grep -q "no node of n1 is usable: requeueing" "$work/run/restarts.log" || fail "3: no requeue line"
+grep -q "no node of n1 is usable: requeueing" "$work/run dir/restarts.log" || fail "3: no requeue line"
 grep -q "^requeue 7$" "$work/calls" || fail "3: scontrol requeue not called"
 rm -f "$work/state-n1"
 
@@ -111,7 +111,7 @@ status=$?
 grep -q "restart 3 of 3" "$work/out" || fail "4: the third restart missing"
 grep -q "error: the training step failed with exit 134 after 3 restart(s), the most HPCTRAIN_MAX_RESTARTS=3 allows; giving up" \
   "$work/out" || fail "4: no giving-up line"
-rm -rf "$work/run"
+rm -rf "$work/run dir"
 
 # 5. A config error is not restarted; 75 requeues, and a refused requeue ends with 75.
 launch n1 2 "2"
