@@ -19,6 +19,7 @@ find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.9 REQUIRED)
 find_package(ZLIB REQUIRED)
+find_package(PNG REQUIRED)  # hpctrain sample's images
 # TensorBoard's event files (src/train/tfevents.proto) need protobuf and protoc; a build without
 # them (a GPU machine with only a pip torch) writes no event files and says so at run time.
 find_package(Protobuf QUIET)

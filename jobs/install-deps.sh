@@ -18,6 +18,7 @@ packages=(
   nlohmann-json3-dev                 # manifests and metrics
   libprotobuf-dev protobuf-compiler  # TensorBoard's event files
   zlib1g-dev                         # gzipped IDX files
+  libpng-dev                         # hpctrain sample's PNG images
   dataset-fashion-mnist              # the quick start's data
   slurmctld slurmd slurm-client munge libpmix-dev  # a real Slurm for the tests (srun --mpi=pmix)
   iproute2                           # network namespaces as "nodes" for the multi-node test

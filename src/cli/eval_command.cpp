@@ -47,10 +47,14 @@ int run_eval(const Args& args) {
   const Ranks ranks = start_ranks(config_start(parsed.config, setup.use_cuda));
   log_banner(*ranks.bootstrap, setup.threads);
   setup.model->module().to(ranks.device);
-  const train::EvalResult result = train::evaluate(*setup.model, *setup.eval, *ranks.comm,
-                                                   parsed.config.train.eval_batch_size, ranks.device);
+  const train::EvalResult result =
+      train::evaluate(*setup.model, *train::make_objective(setup.config), *setup.eval, *ranks.comm,
+                      parsed.config.train.eval_batch_size, ranks.device);
   log::info("checkpoint {} (step {}, epoch {}, model {})", path, meta.step, meta.epoch, meta.model_name);
-  if (result.language_model()) {
+  if (!result.has_accuracy) {
+    log::info("{}: {} samples, test_loss {:.4f} (diffusion)", parsed.config.data.eval_split, result.samples,
+              result.loss);
+  } else if (result.language_model()) {
     log::info("{}: {} tokens, test_loss {:.4f}, test_ppl {:.2f}, test_acc {:.4f} (next token)",
               parsed.config.data.eval_split, result.tokens, result.loss, result.perplexity(), result.accuracy);
   } else {

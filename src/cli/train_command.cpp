@@ -89,7 +89,9 @@ int run_train(const Args& args) {
     log::shutdown();
     return static_cast<int>(ExitCode::kNonfinite);
   }
-  if (summary.last_eval && summary.last_eval->language_model()) {
+  if (summary.last_eval && !summary.last_eval->has_accuracy) {
+    log::info("done: {} steps, test loss {:.4f} (diffusion)", summary.steps, summary.last_eval->loss);
+  } else if (summary.last_eval && summary.last_eval->language_model()) {
     log::info("done: {} steps, test loss {:.4f}, perplexity {:.2f}, next-token accuracy {:.4f}", summary.steps,
               summary.last_eval->loss, summary.last_eval->perplexity(), summary.last_eval->accuracy);
   } else if (summary.last_eval) {

@@ -322,6 +322,25 @@ std::vector<Option> build_table() {
           "Keep only each gpt block's input for backward and run the block's forward again there "
           "(dropout and autocast as the first time): activation memory of one block instead of "
           "all, for one more forward per step. gpt only. docs/fine-tuning.md."),
+      row("model.unet_channels", &C::model, &ModelConfig::unet_channels, "32",
+          "Channels of the unet's first level (a multiple of 8: its GroupNorms have 8 groups); level i "
+          "has this times the i-th of model.unet_mults. docs/diffusion.md.",
+          between<I>(8, 4096)),
+      row("model.unet_mults", &C::model, &ModelConfig::unet_mults, "1,2,2",
+          "The unet's channel multipliers, one level each, comma-separated; every level but the "
+          "last halves the resolution, so the images' height and width must divide by 2^(levels-1).",
+          int_list()),
+      row("model.unet_attention", &C::model, &ModelConfig::unet_attention, "false",
+          "Self-attention (one head) at the unet's lowest resolution, in its last down level, its "
+          "middle and its first up level."),
+      row("model.unet_class_cond", &C::model, &ModelConfig::unet_class_cond, "true",
+          "Condition the unet on the sample's class (an embedding added to the time embedding), so "
+          "that sampling can ask for a class; false: unconditional."),
+      row("model.cond_drop", &C::model, &ModelConfig::cond_drop, "0.1",
+          "Probability that a training sample's class is replaced by 'no class' (classifier-free "
+          "guidance learns both from one model). Drawn per sample from (train.seed, epoch, sample "
+          "index), as the diffusion noise is.",
+          in_unit_interval()),
 
       row("optim.name", &C::optim, &OptimConfig::name, "adamw", "Optimizer."),
       row("optim.lr", &C::optim, &OptimConfig::lr, "0.002", "Learning rate.", positive()),
@@ -440,6 +459,11 @@ std::vector<Option> build_table() {
           "(torch.backends.cudnn.benchmark): faster steps for convolutional models on a GPU "
           "after a slower first one per shape; results may then differ in the last bits from "
           "run to run. No effect on a CPU."),
+      row("train.objective", &C::train, &TrainConfig::objective, "cross_entropy",
+          "What training minimizes: cross_entropy (a classifier's logits against the labels, or a "
+          "language model's next tokens), or diffusion (model.name=unet predicts the noise added "
+          "to an image at a random step of diffusion.steps: DDPM's mean squared error; "
+          "docs/diffusion.md)."),
       row("train.label_smoothing", &C::train, &TrainConfig::label_smoothing, "0",
           "Label smoothing of the training loss (cross-entropy against (1-e) one-hot + e/classes).",
           in_unit_interval()),
@@ -450,6 +474,14 @@ std::vector<Option> build_table() {
           "it (the ema group) and ckpt export --ema exports it; 0: none. Not with "
           "dist.zero_stage=3.",
           in_unit_interval()),
+
+      row("diffusion.steps", &C::diffusion, &DiffusionConfig::steps, "1000",
+          "Noise levels T of train.objective=diffusion: each training sample gets a step t drawn "
+          "uniformly from [0, T) and noise at that step's level.",
+          between<I>(2, 100000)),
+      row("diffusion.schedule", &C::diffusion, &DiffusionConfig::schedule, "linear",
+          "The noise schedule: linear (DDPM's betas from 1e-4 to 0.02, scaled by 1000/T) or cosine "
+          "(Nichol and Dhariwal's, alpha-bar a squared cosine)."),
 
       row("dist.bucket_mb", &C::dist, &DistConfig::bucket_mb, "25",
           "Gradients are reduced in buckets of about this many MiB, in reverse parameter order, "

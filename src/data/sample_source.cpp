@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/system.h"
 #include "hpctrain/core/timer.h"
 #include "hpctrain/data/distributed_sampler.h"
+#include "hpctrain/data/sample_keys.h"
 #include "hpctrain/data/source.h"
 
 namespace hpctrain::data {
@@ -43,6 +45,7 @@ class SampleSource final : public Source {
   Batch read(std::int64_t epoch, const SamplerStep& step) const override {
     Batch batch = split_.gather(step.indices, options_.pinned);
     augment_in_place(batch.input, step.indices, epoch, options_.augment);
+    batch.keys = sample_keys(options_.seed, epoch, step.indices);
     return with_weights(std::move(batch), step);
   }
 
@@ -53,7 +56,13 @@ class SampleSource final : public Source {
   }
 
   std::int64_t items() const override { return split_.size(); }
-  Batch read_items(std::int64_t first, std::int64_t count) const override { return split_.range(first, count); }
+  Batch read_items(std::int64_t first, std::int64_t count) const override {
+    Batch batch = split_.range(first, count);
+    std::vector<std::int64_t> indices(static_cast<std::size_t>(count));
+    std::iota(indices.begin(), indices.end(), first);
+    batch.keys = sample_keys(options_.seed, kEvaluationEpoch, indices);
+    return batch;
+  }
   std::int64_t tokens_per_item() const override { return 0; }
 
   void read_collectively(int world_size) const override {

@@ -13,7 +13,6 @@ namespace hpctrain::model {
 namespace {
 
 const std::set<std::string> kGptTargets{"attn", "proj", "fc", "mlp_proj", "head"};
-const std::string kWeight = ".weight";
 const std::string kAdapterA = ".lora_A.weight";  // PEFT's names, after the adapted layer's
 const std::string kAdapterB = ".lora_B.weight";
 
@@ -27,10 +26,6 @@ std::vector<std::string> comma_list(const std::string& text) {
     if (first != std::string::npos) items.push_back(item.substr(first, last - first + 1));
   }
   return items;
-}
-
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // model.lora_train: which of the frozen base's parameters learn beside the adapters.
@@ -127,7 +122,7 @@ NamedWeights merge_adapters(const NamedWeights& weights, double scale) {
   NamedWeights merged;
   for (const auto& [name, tensor] : weights) {
     if (is_adapter_parameter(name)) continue;
-    const std::string layer = ends_with(name, kWeight) ? name.substr(0, name.size() - kWeight.size()) : "";
+    const std::string layer = ends_with(name, kWeightSuffix) ? name.substr(0, name.size() - kWeightSuffix.size()) : "";
     const auto a = by_name.find(layer + kAdapterA);
     const auto b = by_name.find(layer + kAdapterB);
     if (layer.empty() || a == by_name.end() || b == by_name.end()) {
@@ -140,7 +135,7 @@ NamedWeights merge_adapters(const NamedWeights& weights, double scale) {
   for (const auto& [name, tensor] : weights) {
     if (!ends_with(name, kAdapterA)) continue;
     const std::string layer = name.substr(0, name.size() - kAdapterA.size());
-    if (by_name.count(layer + kWeight) == 0) {
+    if (by_name.count(layer + kWeightSuffix) == 0) {
       throw ConfigError("the adapter " + layer + " has no weight '" + layer + ".weight' to merge into");
     }
   }

@@ -5,10 +5,18 @@
 #include <torch/nn/modules/linear.h>
 
 #include <memory>
+#include <string>
 
 #include "hpctrain/model/lora.h"
 
 namespace hpctrain::model {
+
+// The suffix of a layer's weight in a parameter name.
+inline const std::string kWeightSuffix = ".weight";
+
+inline bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 // Throws ConfigError when a layer of `in` inputs and `out` outputs cannot have adapters of `rank`.
 void check_lora_rank(const std::string& where, std::int64_t in, std::int64_t out, std::int64_t rank);

@@ -1,7 +1,14 @@
-// Model's calls into its block hooks (model.h): a forward without hooks runs as it reads.
+// Model's calls into its block hooks (model.h): a forward without hooks runs as it reads; and the
+// default predict_noise of the models that are not denoisers.
 #include "hpctrain/model/model.h"
 
+#include "hpctrain/core/error.h"
+
 namespace hpctrain::model {
+
+at::Tensor Model::predict_noise(const at::Tensor& /*noisy*/, const at::Tensor& /*steps*/, const at::Tensor& /*labels*/) {
+  throw Error("internal: predict_noise called on a model that is not a denoiser (model.name=unet)");
+}
 
 void Model::begin_forward() {
   if (hooks_ != nullptr) hooks_->begin_forward();

@@ -16,6 +16,7 @@ Factory factory(config::ModelName name) {
     case config::ModelName::kMlp: return make_mlp;
     case config::ModelName::kResnet: return make_resnet;
     case config::ModelName::kGpt: return make_gpt;
+    case config::ModelName::kUnet: return make_unet;
     case config::ModelName::kTorchscript: return make_torchscript;
   }
   throw Error("internal: model.name holds no model's value");

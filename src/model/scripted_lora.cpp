@@ -11,12 +11,6 @@
 namespace hpctrain::model {
 namespace {
 
-const std::string kWeight = ".weight";
-
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Whether `pattern` names the module `name` (ScriptedAdapters' constructor says how).
 bool names(const std::string& pattern, const std::string& name) {
   if (pattern.find_first_of("*?[") != std::string::npos) return ::fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
@@ -55,10 +49,10 @@ ScriptedAdapters::ScriptedAdapters(torch::jit::Module scripted, torch::nn::Modul
   std::set<std::string> used;
   std::vector<std::string> candidates;  // for the message when a pattern names nothing
   for (const auto& p : mirror.named_parameters()) {
-    if (!ends_with(p.key(), kWeight) || p.value().dim() != 2 || p.key() == "weight") continue;
+    if (!ends_with(p.key(), kWeightSuffix) || p.value().dim() != 2 || p.key() == "weight") continue;
     std::vector<std::string> held_as{p.key()};
     for (const TiedParameter& t : tied) {
-      if (t.same_as == p.key() && ends_with(t.name, kWeight)) held_as.push_back(t.name);
+      if (t.same_as == p.key() && ends_with(t.name, kWeightSuffix)) held_as.push_back(t.name);
     }
     const std::string layer = split_name(p.key()).first;
     candidates.push_back(layer);

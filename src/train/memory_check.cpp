@@ -99,11 +99,12 @@ MemoryNeed host_need(const TrainingSetup& setup, int world_size) {
   const c10::Device host(c10::kCPU);  // the model is still on the host here
   // On a GPU the forward's memory is the GPU's: the probe only reads.
   model::Model* model = setup.use_cuda ? nullptr : setup.model.get();
-  ItemBytes train = probe_item_bytes(model, *setup.train, host);
+  const std::unique_ptr<Objective> objective = make_objective(config);
+  ItemBytes train = probe_item_bytes(model, *objective, *setup.train, host);
   ItemBytes eval;
   std::int64_t eval_items = 0;
   if (setup.eval) {  // its items have the train items' shape: the forward was measured on those
-    eval = probe_item_bytes(nullptr, *setup.eval, host);
+    eval = probe_item_bytes(nullptr, *objective, *setup.eval, host);
     eval.peak_no_grad = train.peak_no_grad;
     eval_items = std::min(config.train.eval_batch_size, ceil_div(setup.eval->items(), world_size));
   }

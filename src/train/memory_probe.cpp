@@ -47,7 +47,8 @@ std::int64_t batch_bytes(const data::Batch& batch) {
 }
 
 // The bytes of a batch of `items` (the first of the split), not per item.
-ItemBytes measure(model::Model* model, const data::Source& source, c10::Device device, std::int64_t items) {
+ItemBytes measure(model::Model* model, const Objective& objective, const data::Source& source, c10::Device device,
+                  std::int64_t items) {
   ItemBytes measured;
   const data::Batch read = source.read_items(0, items);
   measured.read = batch_bytes(read);
@@ -57,14 +58,14 @@ ItemBytes measure(model::Model* model, const data::Source& source, c10::Device d
   {
     const auto meter = std::make_shared<AllocationMeter>();
     const c10::DebugInfoGuard metering(c10::DebugInfoKind::PROFILER_STATE, meter);
-    const at::Tensor output = model->forward(finished.input);
+    const Prediction prediction = objective.predict(*model, finished);
     measured.kept = meter->now();
   }
   {
     const auto meter = std::make_shared<AllocationMeter>();
     const c10::DebugInfoGuard metering(c10::DebugInfoKind::PROFILER_STATE, meter);
     const torch::NoGradGuard no_grad;
-    const at::Tensor output = model->forward(finished.input);
+    const Prediction prediction = objective.predict(*model, finished);
     measured.peak_no_grad = meter->peak();
   }
   return measured;
@@ -77,13 +78,14 @@ std::int64_t per_item(std::int64_t one, std::int64_t few, std::int64_t items) {
 
 }  // namespace
 
-ItemBytes probe_item_bytes(model::Model* model, const data::Source& source, c10::Device device) {
+ItemBytes probe_item_bytes(model::Model* model, const Objective& objective, const data::Source& source,
+                           c10::Device device) {
   constexpr std::int64_t kFewItems = 4;
   const std::int64_t few_items = std::min(kFewItems, source.items());
   const bool was_training = model != nullptr && model->module().is_training();
   if (model != nullptr) model->module().eval();
-  const ItemBytes one = measure(model, source, device, 1);
-  const ItemBytes few = few_items > 1 ? measure(model, source, device, few_items) : one;
+  const ItemBytes one = measure(model, objective, source, device, 1);
+  const ItemBytes few = few_items > 1 ? measure(model, objective, source, device, few_items) : one;
   if (model != nullptr) model->module().train(was_training);
   return {per_item(one.read, few.read, few_items), per_item(one.on_device, few.on_device, few_items),
           per_item(one.kept, few.kept, few_items), per_item(one.peak_no_grad, few.peak_no_grad, few_items)};

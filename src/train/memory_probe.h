@@ -9,12 +9,15 @@
 #include "hpctrain/data/source.h"
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/memory_check.h"
+#include "hpctrain/train/objective.h"
 
 namespace hpctrain::train {
 
 // Per item: the bytes of a few items less those of one, over the difference in items, so what a
 // forward holds whatever the batch (workspaces, the parameters' casts) is not counted per item.
-// With `model` null, only what an item takes read and finished (kept and peak_no_grad stay 0).
-ItemBytes probe_item_bytes(model::Model* model, const data::Source& source, c10::Device device);
+// With `model` null, only what an item takes read and finished (kept and peak_no_grad stay 0). The
+// model runs through `objective`, as training runs it.
+ItemBytes probe_item_bytes(model::Model* model, const Objective& objective, const data::Source& source,
+                           c10::Device device);
 
 }  // namespace hpctrain::train

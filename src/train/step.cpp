@@ -60,7 +60,7 @@ std::optional<LossScaler> loss_scaler_for(const config::TrainConfig& train) {
 
 Step::Step(std::shared_ptr<model::Model> model, const config::Config& config, comm::Communicator& comm,
            c10::Device device)
-    : model_(std::move(model)), config_(config), comm_(comm), device_(device),
+    : model_(std::move(model)), config_(config), comm_(comm), device_(device), objective_(make_objective(config)),
       skipped_({config.train.nonfinite == config::Nonfinite::kAbort, config.train.max_skipped}) {
   torch::nn::Module& module = model_->module();
   module.to(device_);
@@ -121,15 +121,15 @@ StepResult Step::run(const std::vector<data::Batch>& micro_batches, const StepPl
 
 void Step::forward_backward(const data::Batch& batch, bool last_micro_batch, std::int64_t step_real,
                             StepResult& result) {
-  at::Tensor logits;
+  Prediction prediction;
   at::Tensor losses;
   {
     const trace::Span span("forward");
     {
       const model::AutocastScope autocast(device_.type(), model::autocast_dtype(config_.train.precision));
-      logits = forward(batch.input);
+      prediction = predict(batch);
     }
-    losses = per_sample_loss(logits, batch.target, config_.train.label_smoothing);
+    losses = objective_->per_sample_loss(prediction);
   }
   update_->begin_backward(last_micro_batch);
   const at::Tensor loss = step_loss(losses, batch.weight, comm_.size(), step_real);
@@ -143,15 +143,15 @@ void Step::forward_backward(const data::Batch& batch, bool last_micro_batch, std
 
 // The first forward of this process is counted (model/flops.h) for the metrics' model_tflops and
 // mfu: the FLOPs of the very path training takes (train mode, gradients, autocast), per row.
-at::Tensor Step::forward(const at::Tensor& input) {
-  if (flops_counted_) return model_->forward(input);
+Prediction Step::predict(const data::Batch& batch) {
+  if (flops_counted_) return objective_->predict(*model_, batch);
   flops_counted_ = true;
-  at::Tensor logits;
-  const double flops = model::count_flops([&] { logits = model_->forward(input); });
+  Prediction prediction;
+  const double flops = model::count_flops([&] { prediction = objective_->predict(*model_, batch); });
   if (flops > 0) {
-    training_flops_ = model::training_flops_per_sample(flops / static_cast<double>(input.size(0)));
+    training_flops_ = model::training_flops_per_sample(flops / static_cast<double>(batch.input.size(0)));
   }
-  return logits;
+  return prediction;
 }
 
 // Note [Buffers follow rank 0]: BatchNorm running statistics are not gradients; each rank's would

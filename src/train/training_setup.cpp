@@ -15,6 +15,7 @@
 #include "hpctrain/train/global_batch.h"
 #include "hpctrain/train/loss_scaler.h"
 #include "hpctrain/train/lr_schedule.h"
+#include "hpctrain/train/objective.h"
 #include "hpctrain/train/optimizer.h"
 #include "hpctrain/train/trainer.h"
 #include "hpctrain/weights/init_from.h"
@@ -45,7 +46,7 @@ void check_model_fits_dataset(const config::Config& config, const data::Manifest
   if (!language_model && token_stream) {
     throw ConfigError("dataset " + config.data.path + " is a token stream, which only model.name=gpt and "
                       "model.name=torchscript (a scripted language model) learn from; model.name=" +
-                      config::name_of(config.model.name) + " classifies samples");
+                      config::name_of(config.model.name) + " learns from samples");
   }
 }
 
@@ -135,6 +136,11 @@ void check_run_options(const config::Config& config, bool use_cuda, bool need_tr
   if (config.dist.zero_stage == 3 && config.train.ema_decay > 0) {
     throw ConfigError("train.ema_decay with dist.zero_stage=3: the moving average is kept whole on every rank, "
                       "and at stage 3 no rank holds the whole model; use dist.zero_stage=2 or train.ema_decay=0");
+  }
+  make_objective(config);  // throws for a model the objective cannot train
+  if (config.dist.zero_stage == 3 && config.model.name == config::ModelName::kUnet) {
+    throw ConfigError("dist.zero_stage=3 with model.name=unet: stage 3 gathers the parameters block by block, "
+                      "and the unet's forward is not split into blocks yet; use dist.zero_stage=2");
   }
   if (config.dist.zero_stage == 3 && config.model.name == config::ModelName::kTorchscript) {
     throw ConfigError("dist.zero_stage=3 with model.name=torchscript: stage 3 gathers the parameters block by "

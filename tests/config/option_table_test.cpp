@@ -35,8 +35,8 @@ TEST(OptionTable, FixedNamesExist) {
 }
 
 TEST(OptionTable, SectionsAreTheDocumentedOnes) {
-  EXPECT_EQ(sections(), (std::vector<std::string>{"run", "data", "model", "optim", "train", "dist",
-                                                  "ckpt", "log"}));
+  EXPECT_EQ(sections(), (std::vector<std::string>{"run", "data", "model", "optim", "train", "diffusion",
+                                                  "dist", "ckpt", "log"}));
 }
 
 TEST(OptionTable, EveryDefaultPassesItsOwnCheckAndRendersBack) {

@@ -16,8 +16,8 @@
 namespace hpctrain::model {
 namespace {
 
-constexpr std::int64_t kVocab = 40;
-constexpr std::int64_t kBlock = 8;
+constexpr std::int64_t kTinyVocab = 40;
+constexpr std::int64_t kTinyBlock = 8;
 
 config::ModelConfig gpt_config(bool recompute) {
   config::ModelConfig config;
@@ -25,7 +25,7 @@ config::ModelConfig gpt_config(bool recompute) {
   config.gpt_layers = 3;
   config.gpt_heads = 2;
   config.gpt_embd = 16;
-  config.gpt_block_size = kBlock;
+  config.gpt_block_size = kTinyBlock;
   config.dropout = 0.2;
   config.activation_checkpointing = recompute;
   return config;
@@ -39,14 +39,14 @@ struct Gradients {
 // One training forward and backward from a fixed seed (the dropout masks), autocast as given.
 Gradients forward_backward(Model& model, std::optional<at::ScalarType> autocast) {
   torch::manual_seed(3);
-  const at::Tensor tokens = torch::randint(kVocab, {2, kBlock}, torch::kLong);
+  const at::Tensor tokens = torch::randint(kTinyVocab, {2, kTinyBlock}, torch::kLong);
   model.module().train();
   at::Tensor logits;
   {
     const AutocastScope scope(c10::DeviceType::CPU, autocast);
     logits = model.forward(tokens);
   }
-  const at::Tensor loss = torch::cross_entropy_loss(logits.reshape({-1, kVocab}).to(torch::kFloat), tokens.reshape(-1));
+  const at::Tensor loss = torch::cross_entropy_loss(logits.reshape({-1, kTinyVocab}).to(torch::kFloat), tokens.reshape(-1));
   loss.backward();
   Gradients out{loss.detach(), {}};
   for (const auto& p : model.module().named_parameters()) {
@@ -65,20 +65,20 @@ void expect_same(const Gradients& kept, const Gradients& recomputed) {
   }
 }
 
-std::shared_ptr<Model> build(const config::ModelConfig& config) {
+std::shared_ptr<Model> tiny_gpt(const config::ModelConfig& config) {
   torch::manual_seed(7);
-  return make_model(config, {{kBlock}, kVocab, true});
+  return make_model(config, {{kTinyBlock}, kTinyVocab, true});
 }
 
 TEST(ActivationCheckpointTest, RecomputedBlocksGiveTheSameLossAndGradients) {
-  const auto kept = build(gpt_config(false));
-  const auto recomputed = build(gpt_config(true));
+  const auto kept = tiny_gpt(gpt_config(false));
+  const auto recomputed = tiny_gpt(gpt_config(true));
   expect_same(forward_backward(*kept, std::nullopt), forward_backward(*recomputed, std::nullopt));
 }
 
 TEST(ActivationCheckpointTest, TheSecondForwardRunsUnderTheFirstOnesAutocast) {
-  const auto kept = build(gpt_config(false));
-  const auto recomputed = build(gpt_config(true));
+  const auto kept = tiny_gpt(gpt_config(false));
+  const auto recomputed = tiny_gpt(gpt_config(true));
   expect_same(forward_backward(*kept, at::kBFloat16), forward_backward(*recomputed, at::kBFloat16));
 }
 
@@ -89,8 +89,8 @@ TEST(ActivationCheckpointTest, AdaptersOfAFrozenBaseGetTheirGradients) {
     config->lora_rank = 2;
     config->lora_targets = "attn,fc";
   }
-  const auto kept = build(without);
-  const auto recomputed = build(with);
+  const auto kept = tiny_gpt(without);
+  const auto recomputed = tiny_gpt(with);
   const Gradients a = forward_backward(*kept, std::nullopt);
   const Gradients b = forward_backward(*recomputed, std::nullopt);
   EXPECT_EQ(b.grads.count("transformer.h.0.attn.c_attn.lora_A.weight"), 1u);
@@ -98,12 +98,12 @@ TEST(ActivationCheckpointTest, AdaptersOfAFrozenBaseGetTheirGradients) {
 }
 
 TEST(ActivationCheckpointTest, WithoutGradientsTheBlocksJustRun) {
-  const auto kept = build(gpt_config(false));
-  const auto recomputed = build(gpt_config(true));
+  const auto kept = tiny_gpt(gpt_config(false));
+  const auto recomputed = tiny_gpt(gpt_config(true));
   kept->module().eval();
   recomputed->module().eval();
   const torch::NoGradGuard no_grad;
-  const at::Tensor tokens = torch::randint(kVocab, {2, kBlock}, torch::kLong);
+  const at::Tensor tokens = torch::randint(kTinyVocab, {2, kTinyBlock}, torch::kLong);
   const at::Tensor out = recomputed->forward(tokens);
   EXPECT_FALSE(out.requires_grad());
   EXPECT_TRUE(torch::equal(kept->forward(tokens), out));

@@ -161,10 +161,10 @@ TEST(Models, GptRefusesSampleDataAndHeadsThatDoNotDivideTheWidth) {
 TEST(Models, EveryBuiltInChoiceOfTheOptionTableBuilds) {
   const config::Option* option = config::find_option("model.name");
   ASSERT_NE(option, nullptr);
-  EXPECT_EQ(option->allowed, "fashion_cnn|mlp|resnet|gpt|torchscript");
+  EXPECT_EQ(option->allowed, "fashion_cnn|mlp|resnet|gpt|unet|torchscript");
   config::Config config;
   EXPECT_THROW(option->assign(config, "resnet9000"), ConfigError);
-  for (const char* name : {"fashion_cnn", "mlp", "resnet"}) {
+  for (const char* name : {"fashion_cnn", "mlp", "resnet", "unet"}) {
     EXPECT_NE(make_model(model_config(name), {{1, 28, 28}, 10}), nullptr) << name;
   }
   config::ModelConfig gpt = model_config("gpt");

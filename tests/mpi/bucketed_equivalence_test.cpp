@@ -30,7 +30,7 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-std::shared_ptr<model::Model> make_mlp() {
+std::shared_ptr<model::Model> seeded_mlp() {
   torch::manual_seed(99);  // identical initial weights everywhere
   config::ModelConfig c;
   c.name = config::ModelName::kMlp;
@@ -84,7 +84,7 @@ TEST_P(BucketedEquivalence, RanksTimesMicroBatchesEqualOneProcessOnTheWholeBatch
   const at::Tensor inputs = torch::randn({kSteps * global, 1, 6, 6});
   const at::Tensor targets = torch::randint(0, 5, {kSteps * global}, torch::kLong);
 
-  auto net = make_mlp();
+  auto net = seeded_mlp();
   auto optimizer = make_optimizer(c.optimizer, *net);
   ddp::GradSyncOptions options;
   options.bucket_bytes = c.bucket_bytes;
@@ -106,10 +106,10 @@ TEST_P(BucketedEquivalence, RanksTimesMicroBatchesEqualOneProcessOnTheWholeBatch
   }
   const at::Tensor distributed = flat_parameters(*net);
 
-  auto reference = make_mlp();
+  auto reference = seeded_mlp();
   train_on_whole_batches(*reference, c.optimizer, inputs, targets, global);
   const at::Tensor expected = flat_parameters(*reference);
-  const at::Tensor initial = flat_parameters(*make_mlp());
+  const at::Tensor initial = flat_parameters(*seeded_mlp());
 
   const double relative = (distributed - expected).norm().item<double>() / expected.norm().item<double>();
   EXPECT_LE(relative, c.tolerance) << c.name << ", rank " << rank << " of " << world;

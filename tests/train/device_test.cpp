@@ -5,21 +5,13 @@
 
 #include <cstdlib>
 
+#include "config_error.h"
 #include "hpctrain/core/error.h"
 
 namespace hpctrain::train {
 namespace {
 
-// Runs `body` and returns the ConfigError's message, or "" when nothing was thrown.
-template <typename Body>
-std::string config_error(Body body) {
-  try {
-    body();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::config_error;
 
 TEST(Device, AutoUsesCudaOnlyWhenAGpuIsVisible) {
   EXPECT_FALSE(resolve_use_cuda(config::DeviceKind::kAuto, 0));

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "hpctrain/config/parser.h"
+#include "config_error.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/train/global_batch.h"
 #include "hpctrain/train/lr_schedule.h"
@@ -17,14 +18,7 @@
 namespace hpctrain::train {
 namespace {
 
-std::string config_error(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::config_error;
 
 TEST(Optimization, StepScheduleDropsByGammaEveryStepEveryAfterTheWarmup) {
   config::OptimConfig o;

@@ -51,7 +51,7 @@ model::ModelSpec spec_of(const config::Config& config) {
   return {{6}, 4, false};
 }
 
-std::shared_ptr<model::Model> fresh_model(const config::Config& config) {
+std::shared_ptr<model::Model> sharded_test_model(const config::Config& config) {
   torch::manual_seed(3);
   return model::make_model(config.model, spec_of(config));
 }
@@ -100,7 +100,7 @@ std::vector<data::Batch> micro_batches(const config::Config& config, std::int64_
   return out;
 }
 
-std::vector<at::Tensor> parameters_of(model::Model& model) {
+std::vector<at::Tensor> cloned_parameters(model::Model& model) {
   std::vector<at::Tensor> out;
   for (const auto& p : model.module().parameters()) out.push_back(p.detach().clone());
   return out;
@@ -119,7 +119,7 @@ Trained train(const config::Config& config, int ranks, std::int64_t first, std::
   micro_batches(config, 0, 0, 1);  // the data drawn here, not on the ranks' threads
   FakeWorld world(ranks);
   std::vector<std::shared_ptr<model::Model>> models;
-  for (int r = 0; r < ranks; ++r) models.push_back(fresh_model(config));
+  for (int r = 0; r < ranks; ++r) models.push_back(sharded_test_model(config));
   Trained out;
   out.optimizer.resize(static_cast<size_t>(ranks));
   out.held.resize(static_cast<size_t>(ranks));
@@ -135,7 +135,7 @@ Trained train(const config::Config& config, int ranks, std::int64_t first, std::
     }
     step.update().add_state(out.optimizer[r]);
     out.held[r] = step.held_bytes();
-    step.update().with_whole_parameters([&] { parameters[r] = parameters_of(*models[r]); });  // stage 3: gathered
+    step.update().with_whole_parameters([&] { parameters[r] = cloned_parameters(*models[r]); });  // stage 3: gathered
   });
   out.parameters = parameters[0];
   for (size_t r = 1; r < parameters.size(); ++r) {
@@ -228,8 +228,8 @@ TEST(ShardedUpdate, ANonFiniteGradientOnOneRankIsSkippedOnEveryRank) {
   options["dist.zero_stage"] = "2";
   const config::Config config = sharded_config(options);
   FakeWorld world(3);
-  std::vector<std::shared_ptr<model::Model>> models{fresh_model(config), fresh_model(config), fresh_model(config)};
-  const std::vector<at::Tensor> before = parameters_of(*models[0]);
+  std::vector<std::shared_ptr<model::Model>> models{sharded_test_model(config), sharded_test_model(config), sharded_test_model(config)};
+  const std::vector<at::Tensor> before = cloned_parameters(*models[0]);
   micro_batches(config, 0, 0, 1);
   run_ranks(world, [&](FakeCommunicator& comm) {
     const auto r = static_cast<size_t>(comm.rank());
@@ -242,7 +242,7 @@ TEST(ShardedUpdate, ANonFiniteGradientOnOneRankIsSkippedOnEveryRank) {
     const std::string what = step.describe_nonfinite(result.loss_sum);
     EXPECT_NE(what.find("the averaged gradient of '"), std::string::npos) << what;
     EXPECT_NE(what.find("the loss was not finite on rank(s) 2"), std::string::npos) << what;
-    const std::vector<at::Tensor> after = parameters_of(*models[r]);
+    const std::vector<at::Tensor> after = cloned_parameters(*models[r]);
     for (size_t i = 0; i < after.size(); ++i) EXPECT_TRUE(at::equal(after[i], before[i])) << "parameter " << i;
   });
 }
@@ -276,7 +276,7 @@ TEST(ShardedUpdate, EachRankHoldsItsShareOfTheOptimizerStateAndStageTwoOfTheGrad
   for (const HeldBytes& held : two.held) state_of_all_ranks += held.optimizer_state;
   EXPECT_EQ(state_of_all_ranks, replicated.held[0].optimizer_state) << "every element's moments, once";
   std::int64_t elements = 0;
-  for (const auto& p : fresh_model(sharded_config(options))->module().parameters()) elements += p.numel();
+  for (const auto& p : sharded_test_model(sharded_config(options))->module().parameters()) elements += p.numel();
   EXPECT_EQ(replicated.held[0].optimizer_state, elements * 8);
   for (size_t r = 0; r < 4; ++r) {
     EXPECT_EQ(one.held[r].parameters, replicated.held[r].parameters);
@@ -315,7 +315,7 @@ TEST(ShardedUpdate, SlicesFromEveryRankReadAsAReplicatedCheckpointAndLoadAtAnyWo
   options["dist.zero_stage"] = "2";
   const config::Config stage_two = sharded_config(options);
   const Trained sharded = train(stage_two, 3, 0, 4);
-  auto model = fresh_model(stage_two);
+  auto model = sharded_test_model(stage_two);
   {
     std::vector<at::Tensor> trained = sharded.parameters;
     torch::NoGradGuard no_grad;
@@ -362,7 +362,7 @@ TEST(ShardedUpdate, StageThreeWritesTheParametersInSlicesAndTheRunContinuesAtAny
   const config::Config stage_three = sharded_config(with(options, {{"dist.zero_stage", "3"}}));
   const Trained sharded = train(stage_three, 3, 0, 4);
   for (const ckpt::Checkpoint& part : sharded.optimizer) EXPECT_EQ(part.groups.count("model"), 0u);
-  auto model = fresh_model(stage_three);  // BatchNorm's statistics are not compared here
+  auto model = sharded_test_model(stage_three);  // BatchNorm's statistics are not compared here
   const std::string path = write_sharded(dir, model_buffers(*model), sharded.optimizer);
 
   const ckpt::CheckpointReader reader(path);
@@ -405,7 +405,7 @@ TEST(ShardedUpdate, AFailedShardedWriteEndsEveryRankWithTheFailingRanksError) {
   options["dist.zero_stage"] = "2";
   const config::Config config = sharded_config(options);
   FakeWorld world(3);
-  std::vector<std::shared_ptr<model::Model>> models{fresh_model(config), fresh_model(config), fresh_model(config)};
+  std::vector<std::shared_ptr<model::Model>> models{sharded_test_model(config), sharded_test_model(config), sharded_test_model(config)};
   std::vector<std::string> errors(3);
   micro_batches(config, 0, 0, 1);
   run_ranks(world, [&](FakeCommunicator& comm) {

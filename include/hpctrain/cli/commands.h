@@ -12,6 +12,7 @@ using Args = std::vector<std::string>;
 int run_train(const Args& args);
 int run_eval(const Args& args);
 int run_generate(const Args& args);
+int run_sample(const Args& args);
 int run_prepare(const Args& args);
 int run_data(const Args& args);
 int run_ckpt(const Args& args);

@@ -13,7 +13,7 @@
 namespace hpctrain::config {
 
 enum class DataIo { kMmap, kPosix, kMpio };
-enum class ModelName { kFashionCnn, kMlp, kResnet, kGpt, kTorchscript };
+enum class ModelName { kFashionCnn, kMlp, kResnet, kGpt, kUnet, kTorchscript };
 enum class InitNames { kAuto, kHpctrain, kHfGpt2 };
 enum class GptActivation { kGelu, kGeluTanh };
 enum class LoraBaseDtype { kFloat32, kBf16 };
@@ -23,6 +23,8 @@ enum class Schedule { kConstant, kStep, kCosine };
 enum class Precision { kFp32, kBf16, kFp16 };
 enum class LossScale { kAuto, kDynamic, kNone };
 enum class Nonfinite { kSkip, kAbort };
+enum class Objective { kCrossEntropy, kDiffusion };
+enum class NoiseSchedule { kLinear, kCosine };
 enum class GradCompression { kNone, kFp16, kBf16 };
 enum class Backend { kAuto, kMpi, kNccl };
 enum class DeviceKind { kAuto, kCpu, kCuda };
@@ -37,7 +39,7 @@ struct Choices;
     static constexpr std::array names{__VA_ARGS__};                         \
   }
 HT_CHOICES(DataIo, "mmap", "posix", "mpio");
-HT_CHOICES(ModelName, "fashion_cnn", "mlp", "resnet", "gpt", "torchscript");
+HT_CHOICES(ModelName, "fashion_cnn", "mlp", "resnet", "gpt", "unet", "torchscript");
 HT_CHOICES(InitNames, "auto", "hpctrain", "hf-gpt2");
 HT_CHOICES(GptActivation, "gelu", "gelu_tanh");
 HT_CHOICES(LoraBaseDtype, "float32", "bf16");
@@ -47,6 +49,8 @@ HT_CHOICES(Schedule, "constant", "step", "cosine");
 HT_CHOICES(Precision, "fp32", "bf16", "fp16");
 HT_CHOICES(LossScale, "auto", "dynamic", "none");
 HT_CHOICES(Nonfinite, "skip", "abort");
+HT_CHOICES(Objective, "cross_entropy", "diffusion");
+HT_CHOICES(NoiseSchedule, "linear", "cosine");
 HT_CHOICES(GradCompression, "none", "fp16", "bf16");
 HT_CHOICES(Backend, "auto", "mpi", "nccl");
 HT_CHOICES(DeviceKind, "auto", "cpu", "cuda");
@@ -117,6 +121,11 @@ struct ModelConfig {
   std::int64_t gpt_embd = 128;
   std::int64_t gpt_block_size = 128;  // tokens per window (context length)
   GptActivation gpt_activation = GptActivation::kGelu;
+  std::int64_t unet_channels = 32;    // the unet's first level's channels
+  std::string unet_mults = "1,2,2";   // comma-separated channel multipliers, one per level
+  bool unet_attention = false;        // self-attention at the unet's lowest resolution
+  bool unet_class_cond = true;        // a class embedding (classifier-free guidance)
+  double cond_drop = 0.1;             // probability a training sample's class is dropped
   bool activation_checkpointing = false;  // recompute each gpt block in backward
   std::string path;                   // the TorchScript file of model.name=torchscript
   std::string init_from;              // weights to start from; "": random
@@ -160,6 +169,7 @@ struct TrainConfig {
   std::int64_t threads = 0;  // intra-op threads per rank; 0: the cores this rank is bound to
   std::int64_t accum_steps = 1;  // micro-batches per optimizer step
   std::int64_t global_batch = 0;  // when set, accum_steps follows from it and the world size
+  Objective objective = Objective::kCrossEntropy;
   double label_smoothing = 0.0;
   double ema_decay = 0.0;  // a moving average of the weights; 0: none
   Precision precision = Precision::kFp32;  // autocast in the forward pass
@@ -172,6 +182,11 @@ struct TrainConfig {
   bool cudnn_benchmark = false;  // cuDNN picks convolution algorithms by timing them
   bool shuffle = true;
   bool drop_last = false;
+};
+
+struct DiffusionConfig {
+  std::int64_t steps = 1000;  // noise levels T of the forward process
+  NoiseSchedule schedule = NoiseSchedule::kLinear;
 };
 
 struct DistConfig {
@@ -226,6 +241,7 @@ struct Config {
   ModelConfig model;
   OptimConfig optim;
   TrainConfig train;
+  DiffusionConfig diffusion;
   DistConfig dist;
   CkptConfig ckpt;
   LogConfig log;

@@ -30,6 +30,9 @@ struct Batch {
   // A training micro-batch's (Source::read): float32 [B], 1 for a real sample, 0 for padding;
   // its real samples on this rank and over all ranks.
   at::Tensor weight;
+  // A sample split's: int64 [B] on the host, each sample's key for draws after reading
+  // (data/sample_keys.h).
+  at::Tensor keys;
   std::int64_t real = 0;
   std::int64_t global_real = 0;
 };

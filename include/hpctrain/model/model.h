@@ -59,6 +59,10 @@ class Model {
   // Logits [B, num_classes] for a batch [B, ...input_shape]; for a language model (gpt or a
   // scripted one: input [B, T] token ids, num_classes the vocabulary), [B, T, vocab].
   virtual at::Tensor forward(const at::Tensor& input) = 0;
+  // A denoiser's forward (model.name=unet, train.objective=diffusion): the noise it sees in
+  // `noisy` images [B, ...input_shape] at diffusion steps `steps` (int64 [B]), of classes
+  // `labels` (int64 [B]; -1: no class, as classifier-free guidance has it). Others throw.
+  virtual at::Tensor predict_noise(const at::Tensor& noisy, const at::Tensor& steps, const at::Tensor& labels);
   // The underlying module: parameters, buffers, train()/eval().
   virtual torch::nn::Module& module() = 0;
   // Parameters of module() that the model also holds under other names. They are trained once,

@@ -1,6 +1,7 @@
 // One optimizer step of one rank, from finished micro-batches to updated parameters
 // (docs/architecture.md, "One training step"): BatchNorm buffers follow rank 0's; each
-// micro-batch's forward (under autocast), its masked loss and backward, with the gradient
+// micro-batch's forward (under autocast) and per-sample loss (train.objective: objective.h), its
+// masked mean and backward, with the gradient
 // reduction starting in buckets during the last backward; then the reduction's end, the
 // finiteness agreement (a loss scaler's unscale), clipping, the learning rate and the optimizer
 // update, the moving average of the weights, and a replica check when due. How gradients become
@@ -23,6 +24,7 @@
 #include "hpctrain/train/gradient_update.h"
 #include "hpctrain/train/loss_scaler.h"
 #include "hpctrain/train/nonfinite.h"
+#include "hpctrain/train/objective.h"
 #include "hpctrain/train/weight_average.h"
 
 namespace hpctrain::comm {
@@ -85,7 +87,7 @@ class Step {
  private:
   void forward_backward(const data::Batch& batch, bool last_micro_batch, std::int64_t step_real,
                         StepResult& result);
-  at::Tensor forward(const at::Tensor& input);
+  Prediction predict(const data::Batch& batch);
   void check_replicas();
   void log_model() const;
 
@@ -95,6 +97,7 @@ class Step {
   c10::Device device_;
   std::vector<at::Tensor> buffers_;
   std::vector<at::Tensor> buffers_before_step_;  // restored when a step is skipped
+  std::unique_ptr<Objective> objective_;
   std::unique_ptr<GradientUpdate> update_;
   std::optional<LossScaler> loss_scaler_;
   std::optional<WeightAverage> average_;
