@@ -26,24 +26,30 @@ awk -v train="$work/train.dat" -v eval="$work/eval.dat" '
     return substr(at, index(at, ":") + 1)
   }
   {
-    if (field("test_acc") != "") print field("step"), field("test_loss"), field("test_acc") > eval
+    if (field("test_loss") != "") {  # a diffusion run scores its loss alone
+      acc = field("test_acc")
+      print field("step"), field("test_loss"), (acc == "" ? "NaN" : acc) > eval
+    }
     else if (field("loss") != "") {
       tflops = field("model_tflops")
       print field("step"), field("loss"), field("lr"), field("samples_per_s"), (tflops == "" ? "NaN" : tflops) > train
     }
   }' "$metrics"
 [ -s "$work/train.dat" ] || die "$metrics has no training records"
+# An empty panel that says why.
+empty_panel() {
+  printf 'set label "%s" at graph 0.5,0.5 center\nset xrange [0:1]\nset yrange [0:1]\nplot 2 notitle\nunset label\nset autoscale' "$1"
+}
+test_loss=""
 if [ -s "$work/eval.dat" ]; then
   test_loss=", \"$work/eval.dat\" using 1:2 with linespoints title \"test\""
+fi
+if awk '$3 != "NaN" { found = 1 } END { exit !found }' "$work/eval.dat"; then
   accuracy="plot \"$work/eval.dat\" using 1:3 with linespoints title \"test_acc\""
-else  # a run without evaluation: an empty panel that says so
-  test_loss=""
-  accuracy='set label "no evaluation in this run" at graph 0.5,0.5 center
-set xrange [0:1]
-set yrange [0:1]
-plot 2 notitle
-unset label
-set autoscale'
+elif [ -s "$work/eval.dat" ]; then
+  accuracy=$(empty_panel "no accuracy: a diffusion model's test loss is in the loss panel")
+else
+  accuracy=$(empty_panel "no evaluation in this run")
 fi
 
 throughput="plot \"$work/train.dat\" using 1:4 with lines"

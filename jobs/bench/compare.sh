@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hpctrain against PyTorch DistributedDataParallel on this machine, taken side by side:
-#   jobs/bench/compare.sh [--quick] [--pairs N] [--bin PATH] [--out DIR]
+#   jobs/bench/compare.sh [--quick] [--pairs N] [--bin PATH] [--out DIR] [--only unet]
 # For each case it runs hpctrain, then the PyTorch reference (jobs/bench/ddp_reference.py under
 # jobs/bench/torchrun.py) with glibc's default malloc, then the reference again with the malloc
 # thresholds that make PyTorch faster on CPU (GLIBC_TUNABLES; hpctrain sets them with mallopt), and
@@ -10,7 +10,11 @@
 #   (scaling efficiency = rate at 2 ranks / (2 x rate at 1 rank));
 #   the gpt of configs/text_gpt.ini, 2 ranks, batch 32 (tokens/s), on Debian's licence texts;
 #   fashion_cnn, 2 ranks, batch 64, with the optimizer state sharded: dist.zero_stage=1 against
-#   torch.distributed.optim.ZeroRedundancyOptimizer.
+#   torch.distributed.optim.ZeroRedundancyOptimizer;
+#   the unet of configs/fashion_ddpm.ini (train.objective=diffusion), 2 ranks, batch 64
+#   (samples/s), against its PyTorch twin on the same objective; and sampling with it: 64 images,
+#   DDIM, 50 steps, guidance 2, 2 ranks (images/s), against the twin's DDIM loop.
+# --only unet: the unet cases alone, and their rows.
 # Rates are taken over the steps after the first --warmup (hpctrain: its progress records after
 # the first; the reference: timed from the end of that step). Peak RSS is rank 0's. Time to the
 # first step: from just before the launcher starts to the end of rank 0's first optimizer step
@@ -30,6 +34,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 quick=0
+only=""
 pairs=""
 bin=""
 out=build/compare
@@ -39,6 +44,7 @@ while [ $# -gt 0 ]; do
     --pairs) pairs=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -53,9 +59,12 @@ python=/usr/bin/python3  # Debian's, which has torch
   { echo "compare.sh: $python has no torch with gloo (apt-get install python3-torch)" >&2; exit 2; }
 if [ $quick -eq 1 ]; then
   pairs=${pairs:-3}; cnn_steps=48; cnn_warmup=16; gpt_steps=8; gpt_warmup=2; comm_iters=5; comm_rounds=3
+  unet_steps=16; unet_warmup=4; unet_images=16
 else
   pairs=${pairs:-5}; cnn_steps=400; cnn_warmup=100; gpt_steps=60; gpt_warmup=15; comm_iters=20; comm_rounds=5
+  unet_steps=60; unet_warmup=15; unet_images=64
 fi
+[ -z "$only" ] || [ "$only" = unet ] || { echo "compare.sh: --only takes unet" >&2; exit 2; }
 [ "$pairs" -ge 3 ] || { echo "compare.sh: --pairs must be >= 3" >&2; exit 2; }
 
 source jobs/env.sh
@@ -127,14 +136,67 @@ gpt_case() {
   done
 }
 
+# unet_case: training, hpctrain then both references; then sampling, hpctrain then the twin.
+unet_case() {
+  run_hpctrain unet-b64-2r 2 64 "$unet_steps" "$unet_warmup" configs/fashion_ddpm.ini samples_per_s \
+    --data.path="$out/fashion-mnist" --ckpt.save_final=true
+  for malloc in default tuned; do
+    run_reference unet-b64-2r 2 64 "$unet_steps" "$unet_warmup" "$malloc" --model unet --data "$fashion"
+  done
+  local checkpoint="$out/runs/unet-b64-2r-hpctrain/checkpoints/ckpt-$unet_steps.h5"
+  mpirun -np 2 "$bin" sample --checkpoint "$checkpoint" --out "$out/runs/unet-samples" --count "$unet_images" \
+    --class 3 --steps 50 --guidance 2 > "$out/last-sample.log" 2>&1 || { tail -n 5 "$out/last-sample.log" >&2; exit 1; }
+  local rate
+  rate=$(sed -n 's/.*guidance 2: \([0-9.]*\) images\/s;.*/\1/p' "$out/last-sample.log")
+  [ -n "$rate" ] || { echo "compare.sh: no images/s in $out/last-sample.log" >&2; exit 1; }
+  printf 'unet-sample\thpctrain\t%s\t0\t0\n' "$rate" >> "$results"
+  for malloc in default tuned; do
+    run_reference unet-sample 2 "$((unet_images / 2))" 1 0 "$malloc" --model unet --data "$fashion" --sample 50
+  done
+}
+
+# The table rows of CASES (a Python literal: [(case, title, target), ...]) from $results.
+case_rows() {
+  "$python" - "$results" "$1" <<'EOF'
+import ast, statistics, sys
+from collections import defaultdict
+rates = defaultdict(list)
+for line in open(sys.argv[1]):
+    case, program, rate = line.split("\t")[:3]
+    rates[case, program].append(float(rate))
+def cell(case, program):
+    v = rates[case, program]
+    return f"{statistics.median(v):,.1f} ({min(v):,.1f}–{max(v):,.1f})"
+for case, title, target in ast.literal_eval(sys.argv[2]):
+    best = max(statistics.median(rates[case, "pytorch-default"]), statistics.median(rates[case, "pytorch-tuned"]))
+    ratio = statistics.median(rates[case, "hpctrain"]) / best
+    print(f"| {title} | {cell(case, 'hpctrain')} | {cell(case, 'pytorch-default')} | {cell(case, 'pytorch-tuned')} | "
+          f"{ratio:.2f}x | {f'>= {target}x' if target else '-'} |")
+EOF
+}
+unet_cases='[("unet-b64-2r", "unet (fashion_ddpm.ini), diffusion, 2 ranks, batch 64, samples/s", 1.1),
+             ("unet-sample", "unet sampling, DDIM 50 steps, guidance 2, 2 ranks, images/s", None)]'
+
 for pair in $(seq "$pairs"); do
   echo "pair $pair of $pairs" >&2
+  unet_case
+  [ -z "$only" ] || continue
   cnn_case fashion_cnn-b64-2r 2 64
   cnn_case fashion_cnn-b8-2r 2 8
   cnn_case fashion_cnn-b64-1r 1 64
   cnn_case fashion_cnn-b64-2r-zero1 2 64 1
   gpt_case
 done
+
+if [ -n "$only" ]; then
+  echo "$(date -u +%Y-%m-%d), $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $("$bin" --version | head -n 1)"
+  echo "Median (min–max) of $pairs alternating runs each."
+  echo
+  echo "| case | hpctrain | PyTorch DDP | PyTorch DDP, tuned malloc | hpctrain / faster PyTorch | target |"
+  echo "|---|---|---|---|---|---|"
+  case_rows "$unet_cases" | tee "$out/compare-unet.md"
+  exit 0
+fi
 
 # file_calls PROGRAM COMMAND...: the calls strace counts for COMMAND's whole process tree.
 file_calls() {
@@ -208,7 +270,9 @@ cases = [("fashion_cnn-b64-2r", "fashion_cnn, 2 ranks x 1 thread, batch 64, samp
          ("fashion_cnn-b64-1r", "fashion_cnn, 1 rank, batch 64, samples/s", None),
          ("gpt", "gpt (text_gpt.ini), 2 ranks, batch 32, tokens/s", None),
          ("fashion_cnn-b64-2r-zero1", "fashion_cnn, 2 ranks, batch 64, dist.zero_stage=1 vs ZeroRedundancyOptimizer, "
-          "samples/s", 1.1)]
+          "samples/s", 1.1),
+         ("unet-b64-2r", "unet (fashion_ddpm.ini), diffusion, 2 ranks, batch 64, samples/s", 1.1),
+         ("unet-sample", "unet sampling, DDIM 50 steps, guidance 2, 2 ranks, images/s", None)]
 lines = [f"{day}, {cpu}, {cores} cores; {version}; PyTorch: Debian's python3-torch, gloo.",
          f"Median (min–max) of {len(rates['gpt', 'hpctrain'])} alternating runs each.", "",
          "| case | hpctrain | PyTorch DDP | PyTorch DDP, tuned malloc | hpctrain / faster PyTorch | target |",

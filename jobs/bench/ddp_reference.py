@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""The PyTorch side of jobs/bench/compare.sh: hpctrain's fashion_cnn or gpt trained with
+"""The PyTorch side of jobs/bench/compare.sh: hpctrain's fashion_cnn, gpt or unet trained with
 DistributedDataParallel the way a PyTorch user trains on CPU nodes: gloo, a DistributedSampler
 and a DataLoader over tensors in memory (no worker processes: the data is in memory and every
 core has a rank), one intra-op thread per rank, and the optimizer, batch and data of hpctrain's
-configs/fashion_cnn.ini and configs/text_gpt.ini.
+configs/fashion_cnn.ini, configs/text_gpt.ini and configs/fashion_ddpm.ini. The unet (the twin of
+tests/support/unet_reference.py) trains on DDPM's objective as hpctrain's train.objective=diffusion
+does: a step t uniform in [0, 1000), Gaussian noise, the class dropped with probability 0.1,
+the linear schedule, the mean squared error on the noise, gradients clipped at 1, and a moving
+average of the weights (decay 0.999) updated after every step.
 
 Prints one JSON line on rank 0: the steady rate (samples/s, or tokens/s for gpt) over the steps
 after --warmup, the seconds from launch to the end of the first optimizer step (launch: the
@@ -19,6 +23,10 @@ usage: /usr/bin/python3 jobs/bench/torchrun.py --nproc_per_node=N jobs/bench/ddp
          --model fashion_cnn --data /usr/share/datasets/fashion-mnist [--batch-size 64]
          [--steps 300] [--warmup 100]
        ... --model gpt --data DIR_OR_FILE_OF_TEXT [--batch-size 32] (4 blocks, 128 wide, block 128)
+       ... --model unet --data /usr/share/datasets/fashion-mnist [--batch-size 64]
+       ... --model unet --data ... --sample S --batch-size B: no training; each rank draws B images of
+         class 3 with DDIM in S steps and guidance 2, as `hpctrain sample` does (two forwards a
+         step), and rank 0 prints the images/s of all ranks
        /usr/bin/python3 jobs/bench/ddp_reference.py --model gpt --data TEXT --check-state-dict model.pt
          [--layers 4 --heads 4 --embd 128 --block-size 128]
 """
@@ -43,6 +51,9 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset  # no
 sys.path.insert(0, str(Path(__file__).parent))
 from load_state_dict import FashionCnn  # noqa: E402  (hpctrain's fashion_cnn, by its names)
 from torch_reference import read_idx  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "tests" / "support"))
+from unet_reference import Unet  # noqa: E402  (hpctrain's unet, by its names)
 
 FASHION_MEAN, FASHION_STD = 0.2860, 0.3530  # what `hpctrain prepare fashion-mnist` records
 # PyTorch 2 fuses causal attention into one kernel, as hpctrain built against libtorch 2 does; 1.13
@@ -131,6 +142,53 @@ def fashion_batches(args, rank, world):
         epoch += 1
 
 
+class Diffusion(nn.Module):
+    """DDPM's training loss around a denoiser, so that DDP wraps one module: the linear schedule of
+    configs/fashion_ddpm.ini (T = 1000), the class dropped with probability 0.1."""
+
+    def __init__(self, denoiser, steps=1000, cond_drop=0.1):
+        super().__init__()
+        self.denoiser = denoiser
+        self.steps = steps
+        self.cond_drop = cond_drop
+        betas = torch.linspace(1e-4, 0.02, steps, dtype=torch.float64)
+        self.register_buffer("alpha_bar", torch.cumprod(1 - betas, 0).float(), persistent=False)
+
+    def forward(self, clean, labels):
+        t = torch.randint(self.steps, (clean.size(0),))
+        noise = torch.randn_like(clean)
+        a = self.alpha_bar[t].view(-1, 1, 1, 1)
+        noisy = a.sqrt() * clean + (1 - a).sqrt() * noise
+        labels = torch.where(torch.rand(clean.size(0)) < self.cond_drop, torch.full_like(labels, -1), labels)
+        return F.mse_loss(self.denoiser(noisy, t, labels), noise)
+
+
+def ddim_rate(args, world):
+    """Images/s of all ranks for `hpctrain sample --steps S --guidance 2 --class 3`'s loop."""
+    denoiser = Unet(1, 32, [1, 2, 2], 10, attention=False).eval()
+    alpha_bar = Diffusion(denoiser).alpha_bar.double()
+    visited = [round(i * 999 / (args.sample - 1)) for i in reversed(range(args.sample))]
+    labels = torch.full((args.batch_size,), 3)
+    none = torch.full_like(labels, -1)
+    dist.barrier()
+    started = time.perf_counter()
+    with torch.no_grad():
+        x = torch.randn(args.batch_size, 1, 28, 28)
+        for i, t in enumerate(visited):
+            now = alpha_bar[t].item()
+            before = alpha_bar[visited[i + 1]].item() if i + 1 < len(visited) else 1.0
+            steps = torch.full((args.batch_size,), t)
+            unconditional = denoiser(x, steps, none)
+            eps = unconditional + 2.0 * (denoiser(x, steps, labels) - unconditional)
+            clean = ((x - math.sqrt(1 - now) * eps) / math.sqrt(now)).clamp(-FASHION_MEAN / FASHION_STD,
+                                                                         (1 - FASHION_MEAN) / FASHION_STD)
+            direction = (x - math.sqrt(now) * clean) / math.sqrt(1 - now)
+            x = math.sqrt(before) * clean + math.sqrt(1 - before) * direction
+    elapsed = [None] * world
+    dist.all_gather_object(elapsed, time.perf_counter() - started)
+    return world * args.batch_size / max(elapsed)
+
+
 def text_bytes(path):
     files = sorted(p for p in Path(path).rglob("*") if p.is_file()) if Path(path).is_dir() else [Path(path)]
     return torch.frombuffer(bytearray(b"".join(f.read_bytes() for f in files)), dtype=torch.uint8).long()
@@ -175,7 +233,7 @@ def adamw(args, params, **options):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["fashion_cnn", "gpt"], required=True)
+    parser.add_argument("--model", choices=["fashion_cnn", "gpt", "unet"], required=True)
     parser.add_argument("--data", required=True)
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--steps", type=int, default=300)
@@ -189,6 +247,7 @@ def main():
     parser.add_argument("--zero", action="store_true",
                         help="shard AdamW's state with torch.distributed.optim.ZeroRedundancyOptimizer")
     parser.add_argument("--test-fraction", type=float, default=0.1)
+    parser.add_argument("--sample", type=int, default=0, metavar="S", help="unet: time DDIM sampling in S steps")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.check_state_dict:
@@ -201,12 +260,26 @@ def main():
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(42)
+    if args.sample:
+        rate = ddim_rate(args, world)
+        if rank == 0:
+            print(json.dumps({"framework": f"pytorch {torch.__version__}", "model": "unet sampling", "rate": rate,
+                              "unit": "images/s", "first_step_s": 0, "peak_rss_mb": [0]}), flush=True)
+        dist.barrier()
+        os._exit(0)
 
     if args.model == "fashion_cnn":
         args.batch_size = args.batch_size or 64
         model = FashionCnn()
         optimizer = adamw(args, model.parameters(), lr=0.002, weight_decay=1e-4)
         schedule = None
+        batches = fashion_batches(args, rank, world)
+        per_step = args.batch_size * world
+    elif args.model == "unet":  # configs/fashion_ddpm.ini
+        args.batch_size = args.batch_size or 64
+        model = Diffusion(Unet(1, 32, [1, 2, 2], 10, attention=False))
+        optimizer = adamw(args, model.parameters(), lr=0.001, weight_decay=0.0)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 100))
         batches = fashion_batches(args, rank, world)
         per_step = args.batch_size * world
     else:
@@ -222,18 +295,26 @@ def main():
         batches = gpt_batches(args, rank)
         per_step = args.batch_size * world * args.block_size
     ddp = DistributedDataParallel(model)
+    average = [p.detach().clone() for p in model.parameters()] if args.model == "unet" else None
 
     first_step_s = None
     timed_from = None
     for step in range(args.steps):
         x, y = next(batches)
-        logits = ddp(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+        if args.model == "unet":
+            loss = ddp(x, y)
+        else:
+            logits = ddp(x)
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if args.model == "gpt":
+        if args.model in ("gpt", "unet"):
             torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
         optimizer.step()
+        if average:
+            with torch.no_grad():
+                for kept, weight in zip(average, model.parameters()):
+                    kept.lerp_(weight, 1 - 0.999)
         if schedule:
             schedule.step()
         if step == 0:

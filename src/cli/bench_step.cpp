@@ -104,6 +104,10 @@ BenchModel bench_model(const config::ParsedArgs& parsed) {
     throw ConfigError("bench step: --model must be one of " + config::choice_list<config::ModelName>() + ", got '" +
                       name + "'");
   }
+  if (m.name == config::ModelName::kUnet) {
+    throw ConfigError("bench step: --model unet trains on the diffusion objective, which bench step does not time; "
+                      "jobs/bench/compare.sh --only unet times its training and sampling");
+  }
   m.mlp_hidden = "512,256";
   m.dropout = 0.0;
   if (m.name != config::ModelName::kGpt) {

@@ -1,11 +1,13 @@
 // `hpctrain sample`: images from a diffusion checkpoint (model.name=unet), as PNG files and one grid.
 // Under mpirun the images are shared out among the ranks in contiguous ranges; image i draws its
 // noise from (--seed, i) alone, so the set is the same at any rank count. Each rank writes its
-// own images; rank 0 gathers the pixels and writes the grid.
+// own images; rank 0 gathers the pixels and writes the grid (and with --dataset, the images as a
+// dataset a classifier can be evaluated on).
 #include <torch/nn/module.h>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,6 +23,7 @@
 #include "hpctrain/core/system.h"
 #include "hpctrain/core/timer.h"
 #include "hpctrain/data/manifest.h"
+#include "hpctrain/data/shard_writer.h"
 #include "hpctrain/io/png_file.h"
 #include "hpctrain/model/diffusion_sampler.h"
 #include "hpctrain/train/device.h"
@@ -32,7 +35,7 @@ namespace {
 const char* kSampleUsage =
     "usage: [mpirun -np N] hpctrain sample --checkpoint FILE --out DIR\n"
     "           [--count N [--class K] | --per-class M] [--sampler ddim|ddpm] [--steps S]\n"
-    "           [--guidance G] [--seed S] [--batch-size B] [--data DIR]\n\n"
+    "           [--guidance G] [--seed S] [--batch-size B] [--data DIR] [--dataset]\n\n"
     "Images from a diffusion checkpoint (train.objective=diffusion, model.name=unet; its moving\n"
     "average of the weights when it keeps one), written as DIR/sample-NNNNN[-class-K].png and\n"
     "DIR/grid.png:\n"
@@ -45,7 +48,11 @@ const char* kSampleUsage =
     "  --seed S         image i is the same for the same seed at any rank count (default 0)\n"
     "  --batch-size B   images denoised together (default 64)\n"
     "  --data DIR       the dataset whose normalization and classes to use (default the\n"
-    "                   checkpoint's data.path)\n";
+    "                   checkpoint's data.path)\n"
+    "  --dataset        also write the images, labelled with the classes asked for, as the split\n"
+    "                   'samples' of a dataset DIR/dataset (uint8 images only), which `hpctrain\n"
+    "                   eval --checkpoint CLASSIFIER --data.path=DIR/dataset\n"
+    "                   --data.eval_split=samples` scores\n";
 
 struct Request {
   std::vector<std::int64_t> labels;  // one per image; -1: no class
@@ -145,13 +152,110 @@ void write_grid(const std::string& path, const std::string& pixels, std::int64_t
   io::write_png(path, grid, grid_width, grid_height, channels);
 }
 
+// The mean and standard deviation of the images' pixels, in [0, 1].
+std::pair<double, double> pixel_statistics(const std::string& pixels) {
+  double sum = 0;
+  double squares = 0;
+  for (const char byte : pixels) {
+    const double value = static_cast<unsigned char>(byte) / 255.0;
+    sum += value;
+    squares += value * value;
+  }
+  const auto count = static_cast<double>(std::max<std::size_t>(1, pixels.size()));
+  const double mean = sum / count;
+  return {mean, std::sqrt(std::max(0.0, squares / count - mean * mean))};
+}
+
+// The images as split "samples" of a dataset at `dir`, with the normalization and fields of
+// `source` (so a classifier trained on it reads them as it read its data), each labelled with the
+// class it was asked for.
+void write_dataset(const std::string& dir, const std::string& pixels, const std::vector<std::int64_t>& labels,
+                   const data::Manifest& source) {
+  data::Manifest manifest = source;
+  manifest.name = source.name + " samples";
+  manifest.splits.clear();
+  const std::string temp = dir + ".tmp-" + std::to_string(::getpid());
+  std::filesystem::create_directories(temp);
+  manifest.splits["samples"] =
+      data::write_split(temp, "samples", manifest.fields, {pixels.data(), labels.data()},
+                        static_cast<std::int64_t>(labels.size()), data::ShardingOptions{});
+  manifest.save(temp);
+  if (std::filesystem::exists(dir)) sys::remove_tree(dir);
+  sys::publish_atomically(temp, dir);
+}
+
+// --dataset needs labels and images stored as sample writes them: uint8 pixels, int64 labels.
+void check_dataset_request(const data::Manifest& manifest, const std::vector<std::int64_t>& labels) {
+  if (labels.front() < 0) throw ConfigError("sample: --dataset labels images with their class: give --class or --per-class");
+  const bool stored_as_written = manifest.fields.size() == 2 && manifest.fields[0].dtype == io::DType::kUInt8 &&
+                                 manifest.fields[1].dtype == io::DType::kInt64 && manifest.fields[1].shape.empty();
+  if (!stored_as_written) {
+    throw ConfigError("sample: --dataset writes uint8 images with int64 labels, and dataset '" + manifest.name +
+                      "' stores its samples otherwise");
+  }
+}
+
+// What to sample, checked before MPI starts.
+struct Sampling {
+  config::Config config;    // the checkpoint's
+  data::Manifest manifest;  // its data's (or --data's): shape, classes, normalization
+  Request wanted;
+  model::DiffusionSampling options;
+  std::int64_t batch = 64;
+  std::string out;
+};
+
+Sampling read_sampling(const config::ParsedArgs& parsed, const ckpt::CheckpointReader& reader) {
+  Sampling s;
+  s.config = checkpoint_config(reader);
+  init_early_logging(s.config.log);
+  if (s.config.train.objective != config::Objective::kDiffusion) {
+    throw ConfigError("sample: " + reader.path() + " was trained with train.objective=" +
+                      config::name_of(s.config.train.objective) + "; sample draws images from a diffusion model");
+  }
+  s.manifest = data::Manifest::load(parsed.has("data") ? parsed.flags.at("data") : s.config.data.path);
+  s.wanted = sample_request(parsed, s.manifest.num_classes, s.config.model.unet_class_cond);
+  if (parsed.has("dataset")) check_dataset_request(s.manifest, s.wanted.labels);
+  s.options = diffusion_sampling(parsed, s.config);
+  s.options.low = (0 - s.manifest.input_mean) / s.manifest.input_std;  // pixel 0 and 1, normalized
+  s.options.high = (1 - s.manifest.input_mean) / s.manifest.input_std;
+  s.batch = int_flag(parsed, "sample", "batch-size", "64");
+  if (s.batch < 1) throw ConfigError("sample: --batch-size must be at least 1");
+  s.out = parsed.flags.at("out");
+  return s;
+}
+
+// Images [first, last) in batches, each written as a PNG; their pixels, in order.
+std::string sample_share(model::Model& model, const Sampling& sampling, std::int64_t first, std::int64_t last,
+                         c10::Device device) {
+  const std::vector<std::int64_t>& shape = sampling.manifest.fields.front().shape;
+  const model::NoiseSchedule schedule(sampling.config.diffusion.schedule, sampling.config.diffusion.steps);
+  const std::int64_t image_bytes = shape[0] * shape[1] * shape[2];
+  std::string pixels_so_far;
+  for (std::int64_t begin = first; begin < last; begin += sampling.batch) {
+    const std::int64_t end = std::min(last, begin + sampling.batch);
+    std::vector<std::int64_t> images(static_cast<std::size_t>(end - begin));
+    std::iota(images.begin(), images.end(), begin);
+    const std::vector<std::int64_t> labels(sampling.wanted.labels.begin() + begin, sampling.wanted.labels.begin() + end);
+    const std::vector<std::uint8_t> pixels = to_pixels(
+        model::sample_images(model, schedule, sampling.options, shape, labels, images, device), sampling.manifest);
+    for (std::size_t i = 0; i < images.size(); ++i) {
+      const auto at = pixels.begin() + static_cast<std::ptrdiff_t>(i) * image_bytes;
+      const std::vector<std::uint8_t> image(at, at + image_bytes);
+      io::write_png(sampling.out + "/" + image_name(images[i], labels[i]), image, shape[2], shape[1], shape[0]);
+    }
+    pixels_so_far.append(reinterpret_cast<const char*>(pixels.data()), pixels.size());
+  }
+  return pixels_so_far;
+}
+
 }  // namespace
 
 int run_sample(const Args& args) {
   const std::vector<config::Flag> flags{
       {"checkpoint", true, ""}, {"out", true, ""},      {"count", true, ""},     {"class", true, ""},
       {"per-class", true, ""},  {"sampler", true, ""},  {"steps", true, ""},     {"guidance", true, ""},
-      {"seed", true, ""},       {"batch-size", true, ""}, {"data", true, ""}};
+      {"seed", true, ""},       {"batch-size", true, ""}, {"data", true, ""},      {"dataset", false, ""}};
   if (wants_help(args)) {
     std::cout << kSampleUsage;
     return 0;
@@ -161,64 +265,42 @@ int run_sample(const Args& args) {
   if (!parsed.has("out")) throw ConfigError("sample: --out DIR is required");
   sys::tune_allocator();
   const ckpt::CheckpointReader reader(parsed.flags.at("checkpoint"));
-  const config::Config config = checkpoint_config(reader);
-  init_early_logging(config.log);
-  if (config.train.objective != config::Objective::kDiffusion) {
-    throw ConfigError("sample: " + reader.path() + " was trained with train.objective=" +
-                      config::name_of(config.train.objective) + "; sample draws images from a diffusion model");
-  }
-  const data::Manifest manifest = data::Manifest::load(parsed.has("data") ? parsed.flags.at("data") : config.data.path);
-  const std::vector<std::int64_t>& shape = manifest.fields.front().shape;
-  const Request wanted = sample_request(parsed, manifest.num_classes, config.model.unet_class_cond);
-  model::DiffusionSampling options = diffusion_sampling(parsed, config);
-  options.low = (0 - manifest.input_mean) / manifest.input_std;  // pixel 0 and 1, normalized
-  options.high = (1 - manifest.input_mean) / manifest.input_std;
-  const std::int64_t batch = int_flag(parsed, "sample", "batch-size", "64");
-  if (batch < 1) throw ConfigError("sample: --batch-size must be at least 1");
-  const std::string out = parsed.flags.at("out");
-
-  const std::shared_ptr<model::Model> model =
-      checkpoint_model(reader, config, {shape, manifest.num_classes, false}, train::Weights::kAverageIfKept);
-  const bool use_cuda = train::resolve_use_cuda(config.dist.device, train::visible_gpus());
-  RankStart start = config_start(config, use_cuda);
+  const Sampling sampling = read_sampling(parsed, reader);
+  const std::vector<std::int64_t>& shape = sampling.manifest.fields.front().shape;
+  const std::shared_ptr<model::Model> model = checkpoint_model(
+      reader, sampling.config, {shape, sampling.manifest.num_classes, false}, train::Weights::kAverageIfKept);
+  const bool use_cuda = train::resolve_use_cuda(sampling.config.dist.device, train::visible_gpus());
+  RankStart start = config_start(sampling.config, use_cuda);
   start.backend.reset();  // no gradients: the control plane gathers the images
   const Ranks ranks = start_ranks(start);
   model->module().to(ranks.device);
   model->module().eval();
+  std::error_code failed;
+  std::filesystem::create_directories(sampling.out, failed);
+  if (failed) throw ConfigError("sample: cannot create --out " + sampling.out + ": " + failed.message());
+
   const int rank = ranks.bootstrap->world_rank();
   const int world = ranks.bootstrap->world_size();
-  std::filesystem::create_directories(out);
-
-  const auto count = static_cast<std::int64_t>(wanted.labels.size());
-  const std::int64_t first = count * rank / world;
-  const std::int64_t last = count * (rank + 1) / world;
-  const model::NoiseSchedule schedule(config.diffusion.schedule, config.diffusion.steps);
-  const std::int64_t image_bytes = shape[0] * shape[1] * shape[2];
-  std::string mine;
+  const auto count = static_cast<std::int64_t>(sampling.wanted.labels.size());
   const Timer timer;
-  for (std::int64_t start_at = first; start_at < last; start_at += batch) {
-    const std::int64_t end = std::min(last, start_at + batch);
-    std::vector<std::int64_t> images(static_cast<std::size_t>(end - start_at));
-    std::iota(images.begin(), images.end(), start_at);
-    const std::vector<std::int64_t> labels(wanted.labels.begin() + start_at, wanted.labels.begin() + end);
-    const std::vector<std::uint8_t> pixels =
-        to_pixels(model::sample_images(*model, schedule, options, shape, labels, images, ranks.device), manifest);
-    for (std::size_t i = 0; i < images.size(); ++i) {
-      const std::vector<std::uint8_t> one(pixels.begin() + static_cast<std::ptrdiff_t>(i) * image_bytes,
-                                          pixels.begin() + static_cast<std::ptrdiff_t>(i + 1) * image_bytes);
-      io::write_png(out + "/" + image_name(images[i], labels[i]), one, shape[2], shape[1], shape[0]);
-    }
-    mine.append(reinterpret_cast<const char*>(pixels.data()), pixels.size());
+  const std::string mine = sample_share(*model, sampling, count * rank / world, count * (rank + 1) / world, ranks.device);
+  double slowest = 0;
+  for (const std::string& seconds : ranks.bootstrap->allgather_string(std::to_string(timer.elapsed_s()))) {
+    slowest = std::max(slowest, std::stod(seconds));
   }
-  const double seconds = timer.elapsed_s();
   const std::vector<std::string> gathered = ranks.bootstrap->allgather_string(mine);
   if (rank == 0) {
     std::string all;
     for (const std::string& part : gathered) all += part;
-    write_grid(out + "/grid.png", all, count, wanted.columns, shape);
-    log::info("sample: {} image(s) by {} on {} rank(s), {} steps, guidance {}: {:.2f} images/s on rank 0; {}/grid.png",
-              count, options.sampler == model::DiffusionSampler::kDdim ? "ddim" : "ddpm", world, options.steps,
-              options.guidance, seconds > 0 ? static_cast<double>(last - first) / seconds : 0.0, out);
+    write_grid(sampling.out + "/grid.png", all, count, sampling.wanted.columns, shape);
+    if (parsed.has("dataset")) write_dataset(sampling.out + "/dataset", all, sampling.wanted.labels, sampling.manifest);
+    log::info("sample: {} image(s) by {} on {} rank(s), {} steps, guidance {}: {:.2f} images/s; {}/grid.png", count,
+              sampling.options.sampler == model::DiffusionSampler::kDdim ? "ddim" : "ddpm", world,
+              sampling.options.steps, sampling.options.guidance, slowest > 0 ? static_cast<double>(count) / slowest : 0.0,
+              sampling.out);
+    const auto [mean, deviation] = pixel_statistics(all);
+    log::info("sample: pixels in [0, 1] have mean {:.4f} and standard deviation {:.4f}; the dataset's: {:.4f} and {:.4f}",
+              mean, deviation, sampling.manifest.input_mean, sampling.manifest.input_std);
   }
   log::shutdown();
   return 0;

@@ -161,7 +161,7 @@ TEST_F(DiffusionEndToEnd, SampleWritesTheSameImagesAtAnyRankCount) {
     return run_command(mpirun(ranks) + kBin + " sample --checkpoint " + checkpoint + " --out " + work_ + "/" + out +
                        " --steps 8 --batch-size 5 --seed 3 " + extra);
   };
-  const ProcessResult two = sample(2, "two-ranks", "--per-class 2 --guidance 2");
+  const ProcessResult two = sample(2, "two-ranks", "--per-class 2 --guidance 2 --dataset");
   ASSERT_EQ(two.exit_code, 0) << two.err;
   EXPECT_EQ(count_lines_with(two.err, "sample: 20 image(s) by ddim on 2 rank(s), 8 steps, guidance 2"), 1) << two.err;
   const ProcessResult one = sample(1, "one-rank", "--per-class 2 --guidance 2");
@@ -169,6 +169,7 @@ TEST_F(DiffusionEndToEnd, SampleWritesTheSameImagesAtAnyRankCount) {
   int files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(work_ + "/two-ranks")) {
     const std::string name = entry.path().filename().string();
+    if (name == "dataset") continue;  // checked below
     EXPECT_EQ(read_file(entry.path().string()), read_file(work_ + "/one-rank/" + name)) << name;
     ++files;
   }
@@ -176,6 +177,20 @@ TEST_F(DiffusionEndToEnd, SampleWritesTheSameImagesAtAnyRankCount) {
   EXPECT_EQ(png_size(work_ + "/two-ranks/sample-00019-class-9.png"), std::make_pair(28u, 28u));
   // One row per class, 2 pixels between images.
   EXPECT_EQ(png_size(work_ + "/two-ranks/grid.png"), std::make_pair(2u * 30 - 2, 10u * 30 - 2));
+
+  // The dataset --dataset wrote: 20 images labelled with their classes, which a classifier scores.
+  const ProcessResult inspect = run_command(kBin + " data inspect " + work_ + "/two-ranks/dataset --verify");
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err << inspect.out;
+  EXPECT_NE(inspect.out.find("split samples: 20 samples in 1 shard(s)"), std::string::npos) << inspect.out;
+  const ProcessResult classifier = run_command(
+      kBin + " train --config " + kSource + "/configs/fashion_cnn.ini --data.path=" + data_ + " --run.dir=" + work_ +
+      "/classifier --train.threads=1 --data.eval_split= --train.max_steps=2");
+  ASSERT_EQ(classifier.exit_code, 0) << classifier.err;
+  const ProcessResult scored = run_command(kBin + " eval --checkpoint " + work_ + "/classifier/checkpoints/ckpt-2.h5" +
+                                           " --config " + kSource + "/configs/fashion_cnn.ini --data.path=" + work_ +
+                                           "/two-ranks/dataset --data.eval_split=samples --train.threads=1");
+  ASSERT_EQ(scored.exit_code, 0) << scored.err;
+  EXPECT_EQ(count_lines_with(scored.err, "samples: 20 samples, test_loss"), 1) << scored.err;
 
   const ProcessResult ddpm = sample(2, "ddpm", "--count 3 --class 4 --sampler ddpm");
   ASSERT_EQ(ddpm.exit_code, 0) << ddpm.err;
