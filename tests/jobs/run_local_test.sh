@@ -89,7 +89,12 @@ stub="$work/stub-hpctrain"
 # shellcheck disable=SC2016  # the stub expands them
 printf '#!/bin/sh\necho "stub rank $OMPI_COMM_WORLD_RANK: $*"\n' > "$stub" && chmod +x "$stub"
 interactive="RUN_LOCAL_GPUS=0 RUN_LOCAL_CORES=2 $script --interactive --binary $stub"
-out=$(printf '9\n1\n2\nsqrt\n\nfp16\nbf16\n%s\ny\n' "$work/irun" | script -qec "$interactive" /dev/null)
+# The menu lists configs/*.ini in order: one past the last is refused; fashion_cnn.ini is 1.
+configs=("$source_dir"/configs/*.ini)
+mlp_number=$(printf '%s\n' "${configs[@]}" | grep -n '/mlp\.ini$' | cut -d: -f1)
+[ -n "$mlp_number" ] || fail "configs/mlp.ini is missing"
+out=$(printf '%s\n1\n2\nsqrt\n\nfp16\nbf16\n%s\ny\n' "$((${#configs[@]} + 1))" "$work/irun" |
+  script -qec "$interactive" /dev/null)
 status=$?
 [ "$status" -eq 0 ] || fail "--interactive with piped answers exited $status: $out"
 for expected in "is neither a number from 1 to" "fp16 needs a GPU" "mpirun -np 2 " \
@@ -111,7 +116,7 @@ unset TMUX
 tmux -L "$socket" new-session -d -s ask -x 250 -y 60 "$interactive; echo \$? > $work/tmux-exit; sleep 60" ||
   fail "tmux did not start"
 trap 'tmux -L "$socket" kill-server 2> /dev/null; rm -rf "$work"' EXIT
-for step in "config (a number:5" "ranks (processes:1" "learning-rate scaling:" "precision (:fp32" \
+for step in "config (a number:$mlp_number" "ranks (processes:1" "learning-rate scaling:" "precision (:fp32" \
             "run directory:$work/trun" "run it?:y"; do
   wait_for "${step%%:*}"
   [ -z "${step#*:}" ] || tmux -L "$socket" send-keys -t ask -l "${step#*:}"
