@@ -183,27 +183,45 @@ class Unet final : public nn::Module, public Model {
     throw Error("internal: model.name=unet predicts noise (predict_noise), with train.objective=diffusion");
   }
 
+  // The blocks (blocks()) run through run_block; the embeddings, conv_in and the output layers
+  // are outside every block. A down level's features (its skip connection) need no hook of their
+  // own: their gradient is complete only after its output's, whose hook gathered the level.
   at::Tensor predict_noise(const at::Tensor& noisy, const at::Tensor& steps, const at::Tensor& labels) override {
+    begin_forward();
     at::Tensor emb = time_out_(torch::silu(time_in_(sinusoidal_embedding(steps, channels_))));
     if (classes_ > 0) emb = emb + class_embed_(torch::where(labels < 0, torch::full_like(labels, classes_), labels));
     at::Tensor h = conv_in_(noisy);
     std::vector<at::Tensor> skips;
+    std::size_t block = 0;
     for (const auto& level : *down_) {
-      auto [features, out] = level->as<UnetLevel>()->forward(h, emb);
-      skips.push_back(features);
-      h = out;
+      h = run_block(block++, [&] {
+        auto [features, out] = level->as<UnetLevel>()->forward(h, emb);
+        skips.push_back(features);
+        return out;
+      });
     }
-    h = mid_res1_(h, emb);
-    if (!mid_attn_.is_empty()) h = mid_attn_(h);
-    h = mid_res2_(h, emb);
+    h = run_block(block++, [&] { return mid_res1_(h, emb); });
+    if (!mid_attn_.is_empty()) h = run_block(block++, [&] { return mid_attn_(h); });
+    h = run_block(block++, [&] { return mid_res2_(h, emb); });
     for (const auto& level : *up_) {
-      h = level->as<UnetLevel>()->forward(torch::cat({h, skips.back()}, 1), emb).second;
+      h = run_block(block++, [&] { return level->as<UnetLevel>()->forward(torch::cat({h, skips.back()}, 1), emb).second; });
       skips.pop_back();
     }
-    return conv_out_(torch::silu(norm_out_(h)));
+    return end_forward(conv_out_(torch::silu(norm_out_(h))));
   }
 
   nn::Module& module() override { return *this; }
+
+  // In the order predict_noise runs them: the down levels, the middle, the up levels.
+  std::vector<std::shared_ptr<nn::Module>> blocks() override {
+    std::vector<std::shared_ptr<nn::Module>> out;
+    for (const auto& level : *down_) out.push_back(level);
+    out.push_back(mid_res1_.ptr());
+    if (!mid_attn_.is_empty()) out.push_back(mid_attn_.ptr());
+    out.push_back(mid_res2_.ptr());
+    for (const auto& level : *up_) out.push_back(level);
+    return out;
+  }
 
  private:
   std::int64_t channels_;

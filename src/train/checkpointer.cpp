@@ -76,6 +76,13 @@ ckpt::NamedTensors weights(model::Model& model, bool with_frozen_base) {
   return out;
 }
 
+// What a rank adds of its own: the optimizer state and the moving average, whole (rank 0's is
+// written) or, when sharded, this rank's slices (every rank's are written).
+void add_own_state(Step& step, ckpt::Checkpoint& checkpoint) {
+  step.update().add_state(checkpoint);
+  if (const WeightAverage* average = step.average()) average->add_to(checkpoint);
+}
+
 }  // namespace
 
 ckpt::NamedTensors model_state(model::Model& model) { return weights(model, !model::has_adapters(model)); }
@@ -157,7 +164,7 @@ std::string Checkpointer::save_sharded(Step& step, const RunPosition& at, const 
       error = e.what();
     }
   } else {
-    step.update().add_state(mine);
+    add_own_state(step, mine);
   }
   std::vector<std::uint8_t> bytes(temp.begin(), temp.end());
   control_.broadcast_bytes(bytes, 0);
@@ -216,8 +223,7 @@ ckpt::Checkpoint Checkpointer::assemble(Step& step, const RunPosition& at, const
   meta.created = utc_now();
   // At stage 3 each rank adds its slices of the parameters; the buffers are whole everywhere.
   checkpoint.groups["model"] = step.update().shards_parameters() ? model_buffers(step.model()) : model_state(step.model());
-  step.update().add_state(checkpoint);
-  if (const WeightAverage* average = step.average()) checkpoint.groups["ema"] = average->averages();
+  add_own_state(step, checkpoint);
   checkpoint.groups["sched"] = {{"step", torch::full({}, at.step, torch::kLong)}};
   for (auto& entry : step.skipped().state()) checkpoint.groups["sched"].push_back(std::move(entry));
   checkpoint.groups["rng"] = std::move(generators);

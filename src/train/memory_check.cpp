@@ -30,7 +30,8 @@ std::int64_t model_state_to_come(std::int64_t elements, std::int64_t bytes, cons
   const std::int64_t shards = std::max(1, world_size);
   const std::int64_t gradients = stage >= 2 ? ceil_div(bytes, shards) : bytes;
   const std::int64_t state_elements = stage >= 1 ? ceil_div(elements, shards) : elements;
-  const std::int64_t average = config.train.ema_decay > 0 ? bytes : 0;  // whole on every rank
+  // A moving average of the weights is sharded as the optimizer state is.
+  const std::int64_t average = config.train.ema_decay <= 0 ? 0 : stage >= 1 ? ceil_div(bytes, shards) : bytes;
   return gradients + state_elements * optimizer_state_bytes_per_element(config.optim) + average;
 }
 

@@ -93,6 +93,14 @@ class ReplicatedUpdate final : public GradientUpdate {
     train::load_optimizer_state(*optimizer_, names_, reader.read_group("optim"));
   }
 
+  ckpt::TensorSlices owned_weights() const override {
+    ckpt::TensorSlices weights;
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      weights.push_back({module_order_names_[i], parameters_[i].sizes().vec(), 0, parameters_[i]});
+    }
+    return weights;
+  }
+
   // Every rank holds all of it.
   HeldBytes held_bytes() const override {
     HeldBytes held;

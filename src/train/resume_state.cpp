@@ -34,7 +34,7 @@ ResumedState read_resume_state(const ckpt::CheckpointReader& reader, const Resum
   }
   reader.read_into("model", model_state(targets.model));
   if (targets.average && reader.has_group("ema")) {
-    reader.read_into("ema", targets.average->averages());
+    targets.average->load(reader);
     resumed.average_restored = true;
   }
   const ckpt::NamedTensors sched = reader.read_group("sched");

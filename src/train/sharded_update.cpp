@@ -147,7 +147,7 @@ class ShardedUpdate final : public GradientUpdate {
   // Every state tensor of a piece is a slice of the parameter-shaped dataset a replicated run
   // writes; the step count, one per parameter, comes from the rank owning its first element.
   void add_state(ckpt::Checkpoint& checkpoint) override {
-    if (gatherer_) add_parameter_slices(checkpoint.slices["model"]);
+    if (gatherer_) checkpoint.slices["model"] = owned_weights();
     ckpt::TensorSlices& slices = checkpoint.slices["optim"];
     for (auto& [key, tensor] : optimizer_state(*optimizer_, piece_names_)) {
       const std::string parameter = key.substr(0, key.rfind('/'));
@@ -191,6 +191,25 @@ class ShardedUpdate final : public GradientUpdate {
     gatherer_->keep_changes_and_release_all();
   }
 
+  // This rank's pieces of the parameters (stage 3: over its shards).
+  ckpt::TensorSlices owned_weights() const override {
+    ckpt::TensorSlices weights;
+    for (size_t k = 0; k < pieces_.size(); ++k) {
+      const ddp::ShardPiece& piece = pieces_[k];
+      weights.push_back({names_[piece.parameter], parameters_[piece.parameter].sizes().vec(), piece.parameter_offset,
+                         piece_tensors_[k]});
+    }
+    return weights;
+  }
+
+  void owned_weights_changed() override {
+    if (gatherer_) {
+      gatherer_->release_all();  // a gather started before the change holds the old values
+    } else {
+      gather_parameters();
+    }
+  }
+
   HeldBytes held_bytes() const override {
     HeldBytes held;
     std::int64_t owned = 0;
@@ -224,16 +243,6 @@ class ShardedUpdate final : public GradientUpdate {
     gatherer_ = std::make_unique<BlockGatherer>(comm_, parameters_, plan);
     options.buckets = plan.units;
     options.on_filled = [gatherer = gatherer_.get()](size_t unit) { gatherer->release(unit); };
-  }
-
-  // This rank's pieces of the parameters, as slices of the parameters' datasets.
-  void add_parameter_slices(ckpt::TensorSlices& slices) const {
-    for (size_t k = 0; k < pieces_.size(); ++k) {
-      const ddp::ShardPiece& piece = pieces_[k];
-      const auto sizes = parameters_[piece.parameter].sizes();
-      slices.push_back({names_[piece.parameter], {sizes.begin(), sizes.end()}, piece.parameter_offset,
-                        piece_tensors_[k].detach()});
-    }
   }
 
   std::vector<at::Tensor> shards() const {

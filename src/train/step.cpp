@@ -72,7 +72,7 @@ Step::Step(std::shared_ptr<model::Model> model, const config::Config& config, co
   update_ = make_gradient_update(config_, comm_, trainable_parameters(module), *model_);
   synchronize_batch_norm(config_, *model_, comm_);
   loss_scaler_ = loss_scaler_for(config_.train);
-  if (config_.train.ema_decay > 0) average_.emplace(averaged_parameters(*model_), config_.train.ema_decay);
+  if (config_.train.ema_decay > 0) average_.emplace(WeightAverage::of_update(*update_, *model_, config_.train.ema_decay));
   log_model();
 }
 
@@ -117,6 +117,11 @@ StepResult Step::run(const std::vector<data::Batch>& micro_batches, const StepPl
   ++count_;
   check_replicas();
   return result;
+}
+
+void Step::with_evaluated_weights(const std::function<void()>& use) {
+  if (!average_) return use();
+  average_->with_averaged_weights(use, [this] { update_->owned_weights_changed(); });
 }
 
 void Step::forward_backward(const data::Batch& batch, bool last_micro_batch, std::int64_t step_real,
@@ -230,9 +235,10 @@ void Step::log_model() const {
             config_.dist.zero_stage,
             config_.dist.zero_stage == 0 ? "" : fmt::format(", its share of {} rank(s)", comm_.size()));
   if (average_) {
-    log::info("keeping a moving average of the trained weights (train.ema_decay={}): {} more, used by "
+    log::info("keeping a moving average of the trained weights (train.ema_decay={}): {} more{}, used by "
               "evaluation and kept in checkpoints",
-              config_.train.ema_decay, bytes_text(average_->bytes()));
+              config_.train.ema_decay, bytes_text(average_->bytes()),
+              update_->zero_stage() > 0 ? " (this rank's share)" : "");
   }
 }
 

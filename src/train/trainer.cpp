@@ -180,12 +180,8 @@ std::optional<EvalResult> Trainer::evaluate(std::int64_t epoch) {
   const trace::Span span("evaluation");
   step_.sync_buffers();
   std::optional<EvalResult> result;
-  const auto run = [&] { result = evaluation_.run(step_.model(), epoch, step_.count()); };
-  if (WeightAverage* average = step_.average()) {
-    average->with_averaged_parameters(run);  // what the run's weights are for, with train.ema_decay
-  } else {
-    run();
-  }
+  // With train.ema_decay, the moving average is what the run's weights are for.
+  step_.with_evaluated_weights([&] { result = evaluation_.run(step_.model(), epoch, step_.count()); });
   return result;
 }
 

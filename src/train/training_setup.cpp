@@ -133,15 +133,7 @@ void check_run_options(const config::Config& config, bool use_cuda, bool need_tr
                       ": each rank writes its own part of a sharded checkpoint, which has no background "
                       "writer yet; set ckpt.async=false");
   }
-  if (config.dist.zero_stage == 3 && config.train.ema_decay > 0) {
-    throw ConfigError("train.ema_decay with dist.zero_stage=3: the moving average is kept whole on every rank, "
-                      "and at stage 3 no rank holds the whole model; use dist.zero_stage=2 or train.ema_decay=0");
-  }
   make_objective(config);  // throws for a model the objective cannot train
-  if (config.dist.zero_stage == 3 && config.model.name == config::ModelName::kUnet) {
-    throw ConfigError("dist.zero_stage=3 with model.name=unet: stage 3 gathers the parameters block by block, "
-                      "and the unet's forward is not split into blocks yet; use dist.zero_stage=2");
-  }
   if (config.dist.zero_stage == 3 && config.model.name == config::ModelName::kTorchscript) {
     throw ConfigError("dist.zero_stage=3 with model.name=torchscript: stage 3 gathers the parameters block by "
                       "block, and a TorchScript module's forward cannot be split into blocks; use "

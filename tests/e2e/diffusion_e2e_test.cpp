@@ -1,6 +1,7 @@
 // train.objective=diffusion with model.name=unet through the real executable: at -np 2 the loss
-// falls, evaluations report the diffusion loss alone, a stopped run resumes to the bit, and a
-// resume at -np 1 continues with the same draws (docs/diffusion.md); the unet is the one its
+// falls, evaluations report the diffusion loss alone, a stopped run resumes to the bit (and at
+// ZeRO stage 3, level by level, within rounding), and a resume at -np 1 continues with the same
+// draws (docs/diffusion.md); the unet is the one its
 // PyTorch twin declares (tests/support/unet_reference.py); hpctrain sample writes the same images
 // at any rank count.
 #include <gtest/gtest.h>
@@ -78,6 +79,21 @@ TEST_F(DiffusionEndToEnd, TheLossFallsAndAStoppedRunResumesToTheBit) {
   ASSERT_EQ(second.exit_code, 0) << second.err;
   expect_same_tensors(work_ + "/whole/checkpoints/ckpt-24.h5", work_ + "/split/checkpoints/ckpt-24.h5",
                       {"model", "optim", "ema"});
+
+  // ZeRO stage 3 with a unit per level (tiny buckets), stopped and resumed: the same run within
+  // the rounding of the clipping norm, summed over shards; the moving average kept in shares.
+  const std::string three = " --dist.zero_stage=3 --dist.bucket_mb=0.01";
+  const ProcessResult third = run_command(train(2, "three", "--train.max_steps=11" + three));
+  ASSERT_EQ(third.exit_code, 0) << third.err;
+  EXPECT_EQ(count_lines_with(third.err, "(dist.zero_stage=3, its share of 2 rank(s))"), 1) << third.err;
+  const ProcessResult resumed = run_command(train(2, "three", "--train.max_steps=24" + three));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  for (const char* group : {"model", "optim", "ema"}) {
+    EXPECT_LT(relative_difference(work_ + "/whole/checkpoints/ckpt-24.h5", work_ + "/three/checkpoints/ckpt-24.h5",
+                                  group),
+              1e-5)
+        << group;
+  }
 
   // hpctrain eval: the same diffusion loss at one rank as training's last evaluation at two.
   const ProcessResult eval = run_command(kBin + " eval --checkpoint " + work_ + "/whole/checkpoints/ckpt-24.h5" +

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,6 +61,14 @@ class ZeroEndToEnd : public ::testing::Test {
            " --optim.clip_grad_norm=1 --optim.schedule=cosine --optim.warmup_steps=5 --optim.decay_steps=50" +
            " --train.epochs=5 --train.max_steps=50 --log.every_steps=10 --ckpt.keep_last=0 --run.dir=" + work_ + "/" + run + " " + extra;
   }
+  // Each evaluation's test loss, by step.
+  static std::map<std::int64_t, double> test_losses(const std::string& run) {
+    std::map<std::int64_t, double> out;
+    for (const auto& record : read_jsonl(work_ + "/" + run + "/metrics.jsonl")) {
+      if (record.contains("test_loss")) out[record["step"].get<std::int64_t>()] = record["test_loss"].get<double>();
+    }
+    return out;
+  }
   static std::string checkpoint(const std::string& run, int step) {
     return work_ + "/" + run + "/checkpoints/ckpt-" + std::to_string(step) + ".h5";
   }
@@ -85,33 +94,41 @@ std::string ZeroEndToEnd::work_;
 std::string ZeroEndToEnd::fashion_;
 std::string ZeroEndToEnd::tokens_;
 
-// At -np 2 a reduce-scatter adds the same two numbers an allreduce adds: bit for bit.
+// At -np 2 a reduce-scatter adds the same two numbers an allreduce adds: bit for bit. Every run
+// keeps a moving average of the weights (each rank its share of it when sharded) and evaluates
+// with it every 10 steps, so the average, and the swaps in and out of the parameters, must agree
+// to the bit too.
 TEST_F(ZeroEndToEnd, FashionCnnAtStagesOneAndTwoEqualsReplicatedToTheBit) {
-  const ProcessResult replicated = run_command(fashion(2, "f0", ""));
+  const std::string averaged = "--train.ema_decay=0.9 --train.eval_every=10 ";
+  const ProcessResult replicated = run_command(fashion(2, "f0", averaged, "test"));
   ASSERT_EQ(replicated.exit_code, 0) << replicated.err;
-  const ProcessResult one = run_command(fashion(2, "f1", "--dist.zero_stage=1 --dist.check_replicas_every=1"));
+  const ProcessResult one =
+      run_command(fashion(2, "f1", averaged + "--dist.zero_stage=1 --dist.check_replicas_every=1", "test"));
   ASSERT_EQ(one.exit_code, 0) << one.err;
   EXPECT_EQ(count_lines_with(one.err, "of optimizer state (dist.zero_stage=1, its share of 2 rank(s))"), 1)
       << one.err;
-  expect_same_tensors(checkpoint("f0", 50), checkpoint("f1", 50), {"model", "optim", "sched"});
+  EXPECT_EQ(count_lines_with(one.err, "(this rank's share)"), 1) << one.err;  // of the moving average
+  expect_same_tensors(checkpoint("f0", 50), checkpoint("f1", 50), {"model", "optim", "sched", "ema"});
+  EXPECT_EQ(test_losses("f0"), test_losses("f1"));
 
   // Stage 2, stopped after step 20 and resumed: still the same 50 steps.
-  const ProcessResult first = run_command(fashion(2, "f2", "--dist.zero_stage=2 --train.max_steps=20"));
+  const ProcessResult first = run_command(fashion(2, "f2", averaged + "--dist.zero_stage=2 --train.max_steps=20"));
   ASSERT_EQ(first.exit_code, 0) << first.err;
-  const ProcessResult second = run_command(fashion(2, "f2", "--dist.zero_stage=2"));
+  const ProcessResult second = run_command(fashion(2, "f2", averaged + "--dist.zero_stage=2"));
   ASSERT_EQ(second.exit_code, 0) << second.err;
   EXPECT_EQ(count_lines_with(second.err, "resumed from "), 1) << second.err;
-  expect_same_tensors(checkpoint("f0", 50), checkpoint("f2", 50), {"model", "optim", "sched"});
+  expect_same_tensors(checkpoint("f0", 50), checkpoint("f2", 50), {"model", "optim", "sched", "ema"});
 
   // Stage 3, stopped after step 20 and resumed, the replicas checked on the gathered parameters,
   // evaluated every 10 steps (each block gathered for its forward alone).
-  const std::string three = "--dist.zero_stage=3 --dist.check_replicas_every=5 --train.eval_every=10";
+  const std::string three = averaged + "--dist.zero_stage=3 --dist.check_replicas_every=5";
   const ProcessResult third = run_command(fashion(2, "f3", three + " --train.max_steps=20", "test"));
   ASSERT_EQ(third.exit_code, 0) << third.err;
   const ProcessResult resumed = run_command(fashion(2, "f3", three, "test"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
-  EXPECT_GE(count_lines_with(read_file(work_ + "/f3/metrics.jsonl"), "test_acc"), 5);
-  expect_same_tensors(checkpoint("f0", 50), checkpoint("f3", 50), {"model", "optim", "sched"});
+  EXPECT_GE(test_losses("f3").size(), 5u);  // every 10 steps, and at each epoch's end
+  EXPECT_EQ(test_losses("f0"), test_losses("f3"));
+  expect_same_tensors(checkpoint("f0", 50), checkpoint("f3", 50), {"model", "optim", "sched", "ema"});
 
   // The metrics say what each rank holds.
   const std::string metrics = read_file(work_ + "/f2/metrics.jsonl");
@@ -131,7 +148,7 @@ TEST_F(ZeroEndToEnd, FashionCnnAtStagesOneAndTwoEqualsReplicatedToTheBit) {
 
 // At -np 3 and 4 MPI's reduce-scatter and allreduce may add in other orders: within rounding.
 TEST_F(ZeroEndToEnd, GptAtStagesTwoAndThreeAgreeWithReplicatedAndResumeAcrossWorldSizesAndStages) {
-  const ProcessResult replicated = run_command(gpt(3, "g0", ""));
+  const ProcessResult replicated = run_command(gpt(3, "g0", "--train.ema_decay=0.8"));
   ASSERT_EQ(replicated.exit_code, 0) << replicated.err;
   for (const char* stage : {"2", "3"}) {
     const ProcessResult sharded = run_command(gpt(3, std::string("g") + stage, std::string("--dist.zero_stage=") + stage));
@@ -155,13 +172,16 @@ TEST_F(ZeroEndToEnd, GptAtStagesTwoAndThreeAgreeWithReplicatedAndResumeAcrossWor
   }
   expect_same_tensors(checkpoint("alone0", 50), checkpoint("alone2", 50), {"model", "optim", "sched"});
 
-  // 4 ranks at stage 2 to step 20, 3 at stage 3 to 35, 2 at stage 0 to 50.
+  // 4 ranks at stage 2 to step 20, 3 at stage 3 to 35, 2 at stage 0 to 50, with a moving average
+  // of the weights resharded at each change, against g0's, kept whole by 3 ranks throughout.
   for (const auto& [ranks, stage, steps] : {std::tuple<int, int, int>{4, 2, 20}, {3, 3, 35}, {2, 0, 50}}) {
-    const ProcessResult part = run_command(gpt(ranks, "chain", "--dist.zero_stage=" + std::to_string(stage) +
-                                                                   " --train.max_steps=" + std::to_string(steps)));
+    const ProcessResult part = run_command(gpt(ranks, "chain", "--train.ema_decay=0.8 --dist.zero_stage=" +
+                                                                   std::to_string(stage) + " --train.max_steps=" +
+                                                                   std::to_string(steps)));
     ASSERT_EQ(part.exit_code, 0) << part.err;
   }
   expect_within_rounding(checkpoint("g0", 50), checkpoint("chain", 50));
+  EXPECT_LT(relative_difference(checkpoint("g0", 50), checkpoint("chain", 50), "ema"), 5e-6);
 }
 
 // model.activation_checkpointing: the recomputed blocks give stage 0 the same bits, and stage 3,

@@ -39,6 +39,7 @@ struct Run {
   train::SkippedSteps skipped{train::NonfinitePolicy{}};
   train::LossScaler loss_scaler;
   std::optional<train::WeightAverage> average;
+  std::optional<train::WeightAverage> average_share;  // a sharded rank's: the last elements of each weight
 
   Run() {
     torch::manual_seed(3);
@@ -59,7 +60,13 @@ struct Run {
     optimizer->zero_grad();
     model->forward(torch::rand({2, 1, 4, 4})).sum().backward();
     optimizer->step();
-    average.emplace(train::averaged_parameters(*model), 0.9);
+    average.emplace(train::whole_slices(train::averaged_parameters(*model)), 0.9, /*sharded=*/false);
+    ckpt::TensorSlices share;
+    for (const auto& [name, weight] : train::averaged_parameters(*model)) {
+      const std::int64_t count = std::min<std::int64_t>(weight.numel(), 3);
+      share.push_back({name, weight.sizes().vec(), weight.numel() - count, weight.detach().view({-1}).narrow(0, weight.numel() - count, count)});
+    }
+    average_share.emplace(std::move(share), 0.9, /*sharded=*/true);
   }
 
   std::string write(const std::string& dir) {
@@ -72,7 +79,7 @@ struct Run {
     checkpoint.groups["sched"] = skipped.state();
     checkpoint.groups["sched"].emplace_back("step", torch::full({}, 1, torch::kInt64));
     checkpoint.groups["loss_scaler"] = loss_scaler.state();
-    checkpoint.groups["ema"] = average->averages();
+    average->add_to(checkpoint);
     checkpoint.groups["metrics"] = {{"best_test_acc", torch::full({}, 0.5, torch::kDouble)}};
     for (auto& [name, state] : train::rng_state(c10::Device(c10::kCPU))) {
       checkpoint.groups["rng"].emplace_back("rank-0/" + name, state);
@@ -119,6 +126,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       const std::int64_t count = std::min<std::int64_t>(elements, 3);  // the last ones
       reader.read_slice("optim", name + "/exp_avg", elements - count, at::empty({count}, at::kFloat));
     }
+    if (reader.has_group("ema")) run.average_share->load(reader);  // by range, as a sharded rank reads it
     reader.verify();
     fuzz::record(fuzz::Outcome::kAccepted);
   } catch (const Error& e) {

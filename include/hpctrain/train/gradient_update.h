@@ -85,6 +85,12 @@ class GradientUpdate {
   virtual void load_optimizer_state(const ckpt::CheckpointReader& reader) = 0;
   // What this rank holds now (optimizer state: as it will hold once stepped).
   virtual HeldBytes held_bytes() const = 0;
+  // The weights this rank updates, as live views named and placed in their parameters: the whole
+  // trainable parameters when replicated; at stages 1 to 3 this rank's pieces of them.
+  virtual ckpt::TensorSlices owned_weights() const = 0;
+  // Collective: after the owned weights were overwritten in place, the parameters a forward uses
+  // follow them (stages 1 and 2 all-gather them again; stage 3 drops what it had gathered).
+  virtual void owned_weights_changed() {}
 };
 
 // Only parameters that learn get gradients averaged, clipped and stepped: a frozen one (a

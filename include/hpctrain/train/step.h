@@ -13,6 +13,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -79,6 +80,9 @@ class Step {
   SkippedSteps& skipped() { return skipped_; }
   // The moving average of the weights (train.ema_decay); null without one.
   WeightAverage* average() { return average_ ? &*average_ : nullptr; }
+  // Collective: runs `use` (an evaluation) with the weights a run is for: the moving average when
+  // there is one, lent to the parameters for the call, else the trained weights.
+  void with_evaluated_weights(const std::function<void()>& use);
   LossScaler* loss_scaler() { return loss_scaler_ ? &*loss_scaler_ : nullptr; }
   // The FLOPs of training one sample (or window), counted in this process's first forward; none
   // when that forward ran no product or convolution, or before it.
