@@ -1,7 +1,6 @@
 #include "hpctrain/model/diffusion_sampler.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 
 #include <cmath>
@@ -12,27 +11,15 @@
 namespace hpctrain::model {
 namespace {
 
-// One generator per image, drawn in the same order whatever batch the image is in.
-class ImageNoise {
- public:
-  ImageNoise(std::uint64_t seed, const std::vector<std::int64_t>& images, std::vector<std::int64_t> shape)
-      : shape_(std::move(shape)) {
-    for (const std::int64_t image : images) {
-      generators_.push_back(at::detail::createCPUGenerator(splitmix64(splitmix64(seed ^ 0x5A3B1EULL) ^
-                                                                      static_cast<std::uint64_t>(image))));
-    }
+// One generator per image, from (seed, image index): an image draws the same noise at every step
+// whatever batch, and whichever rank, it is sampled in.
+std::vector<at::Generator> image_generators(std::uint64_t seed, const std::vector<std::int64_t>& images) {
+  std::vector<std::uint64_t> seeds;
+  for (const std::int64_t image : images) {
+    seeds.push_back(splitmix64(splitmix64(seed ^ 0x5A3B1EULL) ^ static_cast<std::uint64_t>(image)));
   }
-  // [B, ...shape] of N(0, 1), on `device`.
-  at::Tensor next(c10::Device device) {
-    std::vector<at::Tensor> noise;
-    for (at::Generator& generator : generators_) noise.push_back(at::randn(shape_, generator, at::kFloat));
-    return at::stack(noise).to(device);
-  }
-
- private:
-  std::vector<std::int64_t> shape_;
-  std::vector<at::Generator> generators_;
-};
+  return sample_generators(seeds);
+}
 
 // The guided noise prediction at step t.
 at::Tensor predict(Model& model, const at::Tensor& x, std::int64_t t, const at::Tensor& labels, double guidance) {
@@ -64,9 +51,9 @@ at::Tensor sample_images(Model& model, const NoiseSchedule& schedule, const Diff
                          const std::vector<std::int64_t>& images, c10::Device device) {
   HT_CHECK(labels.size() == images.size(), "one class per image");
   const c10::AutoGradMode no_grad(false);
-  ImageNoise noise(options.seed, images, shape);
+  std::vector<at::Generator> generators = image_generators(options.seed, images);
   const at::Tensor classes = at::tensor(labels, at::kLong).to(device);
-  at::Tensor x = noise.next(device);
+  at::Tensor x = per_sample_normal(generators, shape, device);
   const std::vector<std::int64_t> visited = sampling_steps(schedule.steps(), options.steps);
   const std::vector<double>& alpha_bar = schedule.alpha_bar();
   for (std::size_t i = 0; i < visited.size(); ++i) {
@@ -85,7 +72,7 @@ at::Tensor sample_images(Model& model, const NoiseSchedule& schedule, const Diff
     const double mean_clean = std::sqrt(before) * beta / (1 - now);
     const double mean_x = std::sqrt(1 - beta) * (1 - before) / (1 - now);
     x = mean_clean * clean + mean_x * x;
-    const at::Tensor z = noise.next(device);  // drawn at every step, so the streams stay aligned
+    const at::Tensor z = per_sample_normal(generators, shape, device);  // drawn at every step, so the streams stay aligned
     if (i + 1 < visited.size()) x = x + std::sqrt(beta * (1 - before) / (1 - now)) * z;
   }
   return x;

@@ -1,6 +1,7 @@
 #include "hpctrain/model/noise_schedule.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -49,12 +50,29 @@ NoiseSchedule::NoiseSchedule(config::NoiseSchedule kind, std::int64_t steps) {
 }
 
 at::Tensor NoiseSchedule::add_noise(const at::Tensor& clean, const at::Tensor& noise, const at::Tensor& steps) const {
-  const at::Tensor alpha_bar = at::tensor(alpha_bar_, at::kDouble).to(clean.device()).index_select(0, steps.to(clean.device()));
+  if (!alpha_bar_on_device_.defined() || alpha_bar_on_device_.device() != clean.device()) {
+    alpha_bar_on_device_ = at::tensor(alpha_bar_, at::kDouble).to(clean.device());
+  }
+  const at::Tensor alpha_bar = alpha_bar_on_device_.index_select(0, steps.to(clean.device()));
   std::vector<std::int64_t> per_sample(static_cast<std::size_t>(clean.dim()), 1);
   per_sample[0] = clean.size(0);
   const at::Tensor signal = alpha_bar.sqrt().to(at::kFloat).view(per_sample);
   const at::Tensor spread = (1 - alpha_bar).sqrt().to(at::kFloat).view(per_sample);
   return signal * clean.to(at::kFloat) + spread * noise.to(at::kFloat);
+}
+
+std::vector<at::Generator> sample_generators(const std::vector<std::uint64_t>& seeds) {
+  std::vector<at::Generator> generators;
+  generators.reserve(seeds.size());
+  for (const std::uint64_t seed : seeds) generators.push_back(at::detail::createCPUGenerator(seed));
+  return generators;
+}
+
+at::Tensor per_sample_normal(std::vector<at::Generator>& generators, at::IntArrayRef shape, c10::Device device) {
+  std::vector<at::Tensor> noise;
+  noise.reserve(generators.size());
+  for (at::Generator& generator : generators) noise.push_back(at::randn(shape, generator, at::kFloat));
+  return at::stack(noise).to(device);
 }
 
 }  // namespace hpctrain::model

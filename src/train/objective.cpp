@@ -1,7 +1,6 @@
 #include "hpctrain/train/objective.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/module.h>
 
 #include "hpctrain/core/counter_rng.h"
@@ -47,19 +46,18 @@ class Diffusion final : public Objective {
     const auto* key = keys.data_ptr<std::int64_t>();
     const std::int64_t count = keys.size(0);
     std::vector<std::int64_t> steps(static_cast<std::size_t>(count));
-    std::vector<at::Tensor> noise;
+    std::vector<std::uint64_t> noise_seeds(static_cast<std::size_t>(count));
     std::vector<std::uint8_t> dropped(static_cast<std::size_t>(count));
     for (std::int64_t b = 0; b < count; ++b) {
-      steps[static_cast<std::size_t>(b)] =
-          static_cast<std::int64_t>(draw(key[b], kStepDraw) % static_cast<std::uint64_t>(schedule_.steps()));
-      // Each sample's noise from a generator of its own: the same whatever batch it is in.
-      const at::Generator generator = at::detail::createCPUGenerator(draw(key[b], kNoiseDraw));
-      noise.push_back(at::randn(batch.input.sizes().slice(1), generator, at::kFloat));
+      const auto i = static_cast<std::size_t>(b);
+      steps[i] = static_cast<std::int64_t>(draw(key[b], kStepDraw) % static_cast<std::uint64_t>(schedule_.steps()));
+      noise_seeds[i] = draw(key[b], kNoiseDraw);
       const double uniform = static_cast<double>(draw(key[b], kDropDraw) >> 11) * 0x1.0p-53;
-      dropped[static_cast<std::size_t>(b)] = uniform < cond_drop_ ? 1 : 0;
+      dropped[i] = uniform < cond_drop_ ? 1 : 0;
     }
     const at::Tensor step_tensor = at::tensor(steps, at::kLong).to(device);
-    const at::Tensor noise_tensor = at::stack(noise).to(device);
+    std::vector<at::Generator> generators = model::sample_generators(noise_seeds);
+    const at::Tensor noise_tensor = model::per_sample_normal(generators, batch.input.sizes().slice(1), device);
     at::Tensor labels = batch.target;
     if (model.module().is_training() && cond_drop_ > 0) {
       const at::Tensor drop = at::tensor(dropped, at::kByte).to(at::kBool).to(device);

@@ -4,6 +4,7 @@
 // the steps back. Depends on config and ATen.
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -31,6 +32,14 @@ class NoiseSchedule {
  private:
   std::vector<double> betas_;
   std::vector<double> alpha_bar_;
+  // alpha_bar_ as a tensor on the device add_noise last ran on: made once, not per batch.
+  mutable at::Tensor alpha_bar_on_device_;
 };
+
+// One CPU generator per sample, from its seed.
+std::vector<at::Generator> sample_generators(const std::vector<std::uint64_t>& seeds);
+// [B, ...shape] of N(0, 1) on `device`, sample b's drawn from generators[b] alone: the same
+// whatever batch the sample is in, or how many ranks share the batch.
+at::Tensor per_sample_normal(std::vector<at::Generator>& generators, at::IntArrayRef shape, c10::Device device);
 
 }  // namespace hpctrain::model
