@@ -177,6 +177,17 @@ void fsync_path(const std::string& path) {
 
 }  // namespace
 
+void start_writeback(const std::string& path) {
+#ifdef SYNC_FILE_RANGE_WRITE
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+  ::close(fd);
+#else
+  (void)path;
+#endif
+}
+
 void publish_atomically(const std::string& temp, const std::string& target) {
   namespace fs = std::filesystem;
   if (fs::is_directory(temp)) {

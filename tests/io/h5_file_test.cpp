@@ -177,6 +177,43 @@ void write_with_a_flipped_byte(const std::string& path, std::int64_t chunk_rows)
   f.put(static_cast<char>(0x00));
 }
 
+// Note [Raw chunk writes]: the chunks a write covers whole are stored raw with io::fletcher32's
+// checksum; HDF5's own reads, which check it, must read back what was written, whatever the
+// ranges, the partial chunks at their ends and the padded edge chunk included.
+TEST(H5File, WholeChunksWrittenRawReadBackThroughHdf5) {
+  const std::string path = temp_path("raw-writes.h5");
+  std::vector<float> values(10 * 3);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 1.5f - 7.0f;
+  std::vector<std::int64_t> longs(8 * 5);
+  for (size_t i = 0; i < longs.size(); ++i) longs[i] = static_cast<std::int64_t>(i * i) - 11;
+  WriteOptions two_rows;
+  two_rows.chunk_rows = 2;
+  {
+    H5File file = H5File::create(path, ExitCode::kCheckpoint);
+    file.create("ranges", DType::kFloat32, {10, 3}, two_rows);  // 5 chunks of 6 elements
+    for (const auto& [first, count] : {std::pair<std::int64_t, std::int64_t>{0, 1}, {1, 25}, {26, 4}}) {
+      file.write_range("ranges", DType::kFloat32, first, count, values.data() + first);
+    }
+    WriteOptions three_rows;
+    three_rows.chunk_rows = 3;  // 2 whole chunks and an edge chunk of 2 rows
+    file.write("whole", DType::kInt64, {8, 5}, longs.data(), three_rows);
+    file.close();
+  }
+  const H5File file = H5File::open_read(path, ExitCode::kCheckpoint);
+  std::vector<float> read_values(values.size());
+  file.read("ranges", DType::kFloat32, read_values.data());
+  EXPECT_EQ(read_values, values);
+  std::vector<std::int64_t> read_longs(longs.size());
+  file.read("whole", DType::kInt64, read_longs.data());
+  EXPECT_EQ(read_longs, longs);
+  const H5Dataset rows = file.open_dataset("ranges", 0);
+  std::vector<float> chunk(6);
+  rows.read_rows(DType::kFloat32, 4, 2, chunk.data());  // a whole chunk: read raw, its checksum checked
+  EXPECT_EQ(chunk, std::vector<float>(values.begin() + 12, values.begin() + 18));
+  EXPECT_GE(rows.raw_chunk_reads(), 1);
+  fs::remove(path);
+}
+
 TEST(H5File, ChecksumCatchesAFlippedByte) {
   const std::string path = temp_path("flipped.h5");
   write_with_a_flipped_byte(path, 1024);

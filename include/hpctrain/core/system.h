@@ -34,6 +34,12 @@ double process_age_s();
 // (see docs/architecture.md, "Allocator"). Idempotent.
 void tune_allocator();
 
+// Starts writing `path`'s dirty pages to disk and returns without waiting (Linux's
+// sync_file_range), so that the fsync of publish_atomically later waits only for the rest: the
+// disk works while the next part of a file is written. Best effort: does nothing where the file
+// cannot be opened or the call is not supported.
+void start_writeback(const std::string& path);
+
 // Durably publishes `temp` as `target` (a file or a directory): fsync the file (or every file in the
 // directory), rename over the target, fsync the parent directory. Readers see the old or the new
 // content, never a half-written one. Throws hpctrain::Error with errno's text on failure.
