@@ -471,8 +471,8 @@ std::vector<Option> build_table() {
           "Keep an exponential moving average of the trained weights: after every applied step "
           "average = decay x average + (1 - decay) x weight (0.999 averages about the last 1,000 "
           "steps). Evaluations, hpctrain eval and generate then use the average, checkpoints keep "
-          "it (the ema group) and ckpt export --ema exports it; 0: none. Not with "
-          "dist.zero_stage=3.",
+          "it (the ema group) and ckpt export --ema exports it; 0: none. With dist.zero_stage >= 1 "
+          "each rank keeps only its share, as of the optimizer state.",
           in_unit_interval()),
 
       row("diffusion.steps", &C::diffusion, &DiffusionConfig::steps, "1000",

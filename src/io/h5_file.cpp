@@ -370,7 +370,8 @@ void write_chunks_raw(hid_t set, const std::string& where, ExitCode code, const 
   for (std::int64_t k = 0; k < run.chunks; ++k) {
     std::memcpy(stored.data(), data + static_cast<std::size_t>(k) * chunk_bytes, chunk_bytes);
     const std::uint32_t sum = fletcher32(stored.data(), chunk_bytes);
-    for (int b = 0; b < 4; ++b) stored[chunk_bytes + static_cast<size_t>(b)] = static_cast<unsigned char>(sum >> (8 * b));
+    // Little-endian, as HDF5 stores it.
+    for (size_t b = 0; b < 4; ++b) stored[chunk_bytes + b] = static_cast<unsigned char>(sum >> (8 * b));
     at[0] = static_cast<hsize_t>(run.first_row + k * run.chunk_rows);
     if (H5Dwrite_chunk(set, H5P_DEFAULT, 0, at.data(), stored.size(), stored.data()) < 0) {
       throw Error(where + ": cannot write a chunk: " + hdf5_message(), code);

@@ -72,7 +72,8 @@ at::Tensor sample_images(Model& model, const NoiseSchedule& schedule, const Diff
     const double mean_clean = std::sqrt(before) * beta / (1 - now);
     const double mean_x = std::sqrt(1 - beta) * (1 - before) / (1 - now);
     x = mean_clean * clean + mean_x * x;
-    const at::Tensor z = per_sample_normal(generators, shape, device);  // drawn at every step, so the streams stay aligned
+    // Drawn at every step, so the streams stay aligned.
+    const at::Tensor z = per_sample_normal(generators, shape, device);
     if (i + 1 < visited.size()) x = x + std::sqrt(beta * (1 - before) / (1 - now)) * z;
   }
   return x;

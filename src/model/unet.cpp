@@ -204,7 +204,9 @@ class Unet final : public nn::Module, public Model {
     if (!mid_attn_.is_empty()) h = run_block(block++, [&] { return mid_attn_(h); });
     h = run_block(block++, [&] { return mid_res2_(h, emb); });
     for (const auto& level : *up_) {
-      h = run_block(block++, [&] { return level->as<UnetLevel>()->forward(torch::cat({h, skips.back()}, 1), emb).second; });
+      h = run_block(block++, [&] {
+        return level->as<UnetLevel>()->forward(torch::cat({h, skips.back()}, 1), emb).second;
+      });
       skips.pop_back();
     }
     return end_forward(conv_out_(torch::silu(norm_out_(h))));

@@ -72,7 +72,9 @@ Step::Step(std::shared_ptr<model::Model> model, const config::Config& config, co
   update_ = make_gradient_update(config_, comm_, trainable_parameters(module), *model_);
   synchronize_batch_norm(config_, *model_, comm_);
   loss_scaler_ = loss_scaler_for(config_.train);
-  if (config_.train.ema_decay > 0) average_.emplace(WeightAverage::of_update(*update_, *model_, config_.train.ema_decay));
+  if (config_.train.ema_decay > 0) {
+    average_.emplace(WeightAverage::of_update(*update_, *model_, config_.train.ema_decay));
+  }
   log_model();
 }
 

@@ -64,7 +64,8 @@ struct Run {
     ckpt::TensorSlices share;
     for (const auto& [name, weight] : train::averaged_parameters(*model)) {
       const std::int64_t count = std::min<std::int64_t>(weight.numel(), 3);
-      share.push_back({name, weight.sizes().vec(), weight.numel() - count, weight.detach().view({-1}).narrow(0, weight.numel() - count, count)});
+      const std::int64_t first = weight.numel() - count;
+      share.push_back({name, weight.sizes().vec(), first, weight.detach().view({-1}).narrow(0, first, count)});
     }
     average_share.emplace(std::move(share), 0.9, /*sharded=*/true);
   }

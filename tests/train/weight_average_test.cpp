@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "hpctrain/core/error.h"
+#include "hpctrain/core/system.h"
 #include "hpctrain/train/weight_average.h"
 
 namespace hpctrain::train {
@@ -65,7 +66,8 @@ TEST(WeightAverage, AShareIsCheckpointedAsASliceAndReadBackByRange) {
   EXPECT_EQ(checkpoint.slices["ema"].front().offset, 2);
   EXPECT_EQ(checkpoint.slices["ema"].front().shape, (std::vector<std::int64_t>{2, 3}));
 
-  const std::string dir = (std::filesystem::temp_directory_path() / ("hpctrain_ema_" + std::to_string(getpid()))).string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("hpctrain_ema_" + std::to_string(getpid()))).string();
   ckpt::Checkpoint whole;
   whole.groups["ema"] = {{"w", torch::arange(6, torch::kFloat).view({2, 3})}};
   const std::string path = ckpt::write_checkpoint(dir, whole);
@@ -76,7 +78,7 @@ TEST(WeightAverage, AShareIsCheckpointedAsASliceAndReadBackByRange) {
   EXPECT_THROW(other_shape.load(ckpt::CheckpointReader(path)), CheckpointError);
   WeightAverage other_name({{"v", {2, 3}, 0, share}}, 0.9, /*sharded=*/true);
   EXPECT_THROW(other_name.load(ckpt::CheckpointReader(path)), CheckpointError);
-  std::filesystem::remove_all(dir);
+  sys::remove_tree(dir);
 }
 
 // What a checkpoint's ema group holds: the trainable parameters only.
