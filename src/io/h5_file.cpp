@@ -325,7 +325,8 @@ struct ChunkRun {
   std::int64_t chunks = 0;          // whole chunks in the range; 0: none, or not raw-writable
   std::int64_t chunk_rows = 0;
   std::int64_t chunk_elements = 0;
-  std::vector<std::int64_t> shape;
+  std::size_t chunk_bytes = 0;
+  int rank = 0;                     // of the dataset
 };
 
 std::int64_t raw_readable_chunk_rows(hid_t set, const DatasetInfo& info);
@@ -354,7 +355,8 @@ ChunkRun whole_chunks_within(hid_t set, DType dtype, std::int64_t offset, std::i
   run.first_element = first * run.chunk_elements;
   run.first_row = first * run.chunk_rows;
   run.chunks = end - first;
-  run.shape = info.shape;
+  run.chunk_bytes = static_cast<std::size_t>(run.chunk_elements) * dtype_size(dtype);  // stored as the native type
+  run.rank = rank;
 #else
   (void)set, (void)dtype, (void)offset, (void)count;
 #endif
@@ -363,10 +365,9 @@ ChunkRun whole_chunks_within(hid_t set, DType dtype, std::int64_t offset, std::i
 
 void write_chunks_raw(hid_t set, const std::string& where, ExitCode code, const ChunkRun& run, const char* data) {
 #if H5_VERSION_GE(1, 10, 3)
-  const std::size_t chunk_bytes =
-      static_cast<std::size_t>(run.chunk_elements) * H5Tget_size(Handle(H5Dget_type(set)).get());
+  const std::size_t chunk_bytes = run.chunk_bytes;
   std::vector<unsigned char> stored(chunk_bytes + 4);
-  std::vector<hsize_t> at(run.shape.size(), 0);
+  std::vector<hsize_t> at(static_cast<std::size_t>(run.rank), 0);
   for (std::int64_t k = 0; k < run.chunks; ++k) {
     std::memcpy(stored.data(), data + static_cast<std::size_t>(k) * chunk_bytes, chunk_bytes);
     const std::uint32_t sum = fletcher32(stored.data(), chunk_bytes);
