@@ -64,6 +64,53 @@ void check_tensor(const at::Tensor& tensor, const char* op) {
 
 bool on_host(const at::Tensor& tensor) { return tensor.device().is_cpu(); }
 
+// The two chunks a ring reduce-scatter carries, kept for the next one (the communicator's worker
+// thread alone uses them): allocated when a larger chunk comes, not with every bucket.
+struct RingScratch {
+  at::Tensor carried;   // the partial sum sent on
+  at::Tensor arriving;  // the partial sum received
+
+  void fit(std::int64_t count, const at::TensorOptions& options) {
+    if (carried.defined() && carried.numel() >= count && carried.dtype() == options.dtype()) return;
+    carried = at::empty({count}, options);
+    arriving = at::empty({count}, options);
+  }
+};
+
+// Note [Ring reduce-scatter]: Open MPI 4.1's MPI_Reduce_scatter_block (basic_linear, its fixed choice)
+// reduces the whole buffer to rank 0 and scatters it from there: rank 0 mallocs two temporaries of
+// the whole buffer's size for every bucket, which stay in the heap and made it every sharded run's
+// largest rank, and it does every addition. In a ring, as NCCL's, each rank adds one chunk per
+// hop and holds two chunks besides the input: in W-1 hops chunk c travels from rank c+1 around to
+// rank c, each rank adding its own part. `input` (W chunks of `count`) is only read; chunk `rank`'s
+// sum is written to `output`, which may be that chunk of `input`. At W=2 each sum is the two
+// ranks' parts added once, as by any reduction; at larger W the order of additions is the ring's.
+void ring_reduce_scatter(const at::Tensor& input, const at::Tensor& output, MPI_Datatype type, MPI_Op sum,
+                         MPI_Comm comm, int rank, int size, RingScratch& scratch) {
+  constexpr int kRingTag = 7341;
+  const std::int64_t count = output.numel();
+  const auto chunk = [&](int c) { return input.view({-1}).narrow(0, ((c % size) + size) % size * count, count); };
+  if (size == 1) {
+    if (output.data_ptr() != input.data_ptr()) output.view({-1}).copy_(chunk(0));
+    return;
+  }
+  scratch.fit(count, input.options());
+  at::Tensor carried = scratch.carried.narrow(0, 0, count);
+  at::Tensor arriving = scratch.arriving.narrow(0, 0, count);
+  const int next = (rank + 1) % size;
+  const int previous = (rank + size - 1) % size;
+  for (int hop = 0; hop < size - 1; ++hop) {
+    const at::Tensor sent = hop == 0 ? chunk(rank - 1) : carried;
+    HT_MPI_CHECK(MPI_Sendrecv(sent.data_ptr(), static_cast<int>(count), type, next, kRingTag, arriving.data_ptr(),
+                              static_cast<int>(count), type, previous, kRingTag, comm, MPI_STATUS_IGNORE));
+    // arriving = own part + arriving: the partial sum of chunk rank - hop - 2, one rank further on
+    HT_MPI_CHECK(MPI_Reduce_local(chunk(rank - hop - 2).data_ptr(), arriving.data_ptr(), static_cast<int>(count),
+                                  type, sum));
+    std::swap(carried, arriving);
+  }
+  output.view({-1}).copy_(carried);
+}
+
 // Note [Staging]: the collective ran on `host`; wait() copies its result into `device`.
 class StagedWork final : public Work {
  public:
@@ -126,6 +173,7 @@ struct MpiCommunicator::State {
   bool running = false;  // a collective is in MPI, on the worker or (blocking) the caller's thread
   bool watched = false;  // a rank watch ends the job when a blocking collective hangs
   bool check_collectives = false;
+  RingScratch ring;  // the worker's
   std::thread worker;
 
   void serve() {
@@ -283,8 +331,7 @@ MPI_Op MpiCommunicator::State::sum_op(const at::Tensor& tensor) const {
                                                  : MPI_SUM;
 }
 
-// Whether `chunk` is the memory of chunk `rank` of `whole` (the in-place form of reduce_scatter
-// and allgather).
+// Whether `chunk` is the memory of chunk `rank` of `whole` (the in-place form of allgather).
 bool MpiCommunicator::is_chunk_of(const at::Tensor& chunk, const at::Tensor& whole, int rank) {
   const auto bytes = static_cast<std::ptrdiff_t>(chunk.nbytes());
   return static_cast<const char*>(chunk.data_ptr()) == static_cast<const char*>(whole.data_ptr()) + rank * bytes;
@@ -416,19 +463,10 @@ std::unique_ptr<Work> MpiCommunicator::reduce_scatter(const at::Tensor& input, a
   MPI_Comm comm = state_->comm;
   const MPI_Datatype type = mpi_type(send, state_->sixteen);
   const MPI_Op sum = state_->sum_op(send);
-  const bool in_place = is_chunk_of(output, send, rank_);
   auto task = state_->submit(
       "reduce_scatter", input, "MPI reduce_scatter of " + std::to_string(output.numel()) + " elements per rank",
-      [send, output, scale, comm, type, sum, in_place] {
-        const auto count = static_cast<int>(output.numel());
-        if (in_place) {
-          // MPI puts an in-place result at the start of the buffer; NCCL's convention, which the
-          // interface follows, is the rank's own chunk.
-          HT_MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, send.data_ptr(), count, type, sum, comm));
-          if (output.data_ptr() != send.data_ptr()) output.copy_(send.reshape({-1}).narrow(0, 0, count).view_as(output));
-        } else {
-          HT_MPI_CHECK(MPI_Reduce_scatter_block(send.data_ptr(), output.data_ptr(), count, type, sum, comm));
-        }
+      [send, output, scale, comm, type, sum, rank = rank_, size = size_, &ring = state_->ring] {
+        ring_reduce_scatter(send, output, type, sum, comm, rank, size, ring);
         if (scale != 1.0) output.mul_(scale);
       });
   return std::make_unique<MpiWork>(std::move(task), state_->timeout_s);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -151,14 +152,27 @@ double process_age_s() {
   return uptime_s - static_cast<double>(start_ticks) / static_cast<double>(ticks_per_s);
 }
 
+namespace {
+constexpr int kThresholdBytes = 256 << 20;
+std::atomic<bool> g_allocator_tuned{false};
+}  // namespace
+
 void tune_allocator() {
   // Note [Allocator thresholds]: with glibc's dynamic thresholds, libtorch's activation buffers
   // (hundreds of KiB to MiB) are mmapped and unmapped every step, costing ~18% of a CPU step in page
   // faults. Fixed 256 MiB thresholds keep them in the heap. GLIBC_TUNABLES set by the user wins.
   if (std::getenv("GLIBC_TUNABLES") != nullptr) return;
-  constexpr int kThresholdBytes = 256 << 20;
   mallopt(M_MMAP_THRESHOLD, kThresholdBytes);
   mallopt(M_TRIM_THRESHOLD, kThresholdBytes);
+  g_allocator_tuned = true;
+}
+
+LargeAllocationsMapped::LargeAllocationsMapped(bool active) : active_(active && g_allocator_tuned) {
+  if (active_) mallopt(M_MMAP_THRESHOLD, 1 << 20);
+}
+
+LargeAllocationsMapped::~LargeAllocationsMapped() {
+  if (active_) mallopt(M_MMAP_THRESHOLD, kThresholdBytes);
 }
 
 namespace {

@@ -16,6 +16,8 @@
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/trace.h"
 #include "hpctrain/ddp/bucket_plan.h"
+#include "hpctrain/ddp/buffer_pool.h"
+#include "hpctrain/ddp/mapped_memory.h"
 #include "hpctrain/ddp/shard_plan.h"
 
 namespace hpctrain::ddp {
@@ -158,11 +160,14 @@ struct GradSync::State {
     parameters[i].mutable_grad() = in_slot;
   }
 
-  // A released bucket, allocated with its parameters' gradients in their slots. From the heap:
-  // mapped memory (mapped_memory.h) lowered stage 2's peak by 2 % and slowed its steps 2.4x at 4
-  // ranks on 2 cores (page faults on every bucket of every step).
+  // A released bucket, allocated with its parameters' gradients in their slots and its padding
+  // zero. From the pool when there is one (buffer_pool.h): freshly mapped memory for every bucket
+  // of every step slowed stage 2's steps 2.4x at 4 ranks on 2 cores (page faults), and the heap
+  // keeps freed buckets resident and fragmented.
   void allocate(size_t b) {
-    buffers[b] = at::zeros({padded[b]}, parameters.front().options());
+    const auto like = parameters.front().options();
+    buffers[b] = options.pool != nullptr ? options.pool->empty(padded[b], like) : at::empty({padded[b]}, like);
+    buffers[b].narrow(0, plan[b].numel, padded[b] - plan[b].numel).zero_();
     for (const size_t i : plan[b].parameters) {
       slot_data[i] = slot(i).data_ptr();
       put_in_slot(i);
@@ -234,21 +239,14 @@ struct GradSync::State {
     finished[b] = 1;
   }
 
-  // Released buckets: those before `b` whose reduction has completed are finished without
-  // waiting, and of the rest the oldest are waited for until two are left in flight besides `b`,
-  // so a rank never holds more than three buckets of full gradients.
+  // Released buckets: those before `b` are finished (their reductions waited for), so a rank
+  // holds at most two buckets of full gradients: `b` in flight and the next one filling. Bucket
+  // b-1 had all of b's backward to complete in; a third bucket in flight cost stage 3 a fifth
+  // gathered block's worth of memory and gained no measurable time.
   void finish_completed(size_t b) {
-    constexpr size_t kInFlight = 2;
-    std::vector<size_t> pending;
     for (size_t j = 0; j < b; ++j) {
-      if (finished[j]) continue;
-      if (works[j]->is_completed()) {
-        finish(j);
-      } else {
-        pending.push_back(j);
-      }
+      if (!finished[j]) finish(j);
     }
-    for (size_t k = 0; k + kInFlight < pending.size(); ++k) finish(pending[k]);
   }
 };
 
@@ -288,7 +286,7 @@ GradSync::GradSync(comm::Communicator& comm, std::vector<at::Tensor> parameters,
       const std::int64_t mine = chunk * comm.rank();
       const bool compress = s.compresses(s.parameters.front());
       if (s.releases()) {
-        s.shards.push_back(at::zeros({chunk}, like));
+        s.shards.push_back(mapped_zeros(chunk, like));  // long-lived: kept out of the step's heap
         s.shard_wire.push_back(compress ? at::empty({chunk}, wire_like) : s.shards.back());
       } else {
         s.shards.push_back(s.buffers.back().narrow(0, mine, chunk));

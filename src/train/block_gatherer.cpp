@@ -29,11 +29,11 @@ void free_memory(const at::Tensor& tensor) {
   storage->set_nbytes(0);
 }
 
-void allocate_memory(const at::Tensor& tensor) {
+void allocate_memory(const at::Tensor& tensor, ddp::BufferPool& pool) {
   c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
   const auto bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
-  // Mapped on the CPU (ddp/mapped_memory.h): a released block's memory leaves the process at once.
-  storage->set_data_ptr_noswap(ddp::allocate_mapped(bytes, tensor.device(), *storage->allocator()));
+  // Pooled (ddp/buffer_pool.h): a released unit's block serves the next gather, or a bucket.
+  storage->set_data_ptr_noswap(pool.allocate(bytes, tensor.device(), *storage->allocator()));
   storage->set_nbytes(bytes);
 }
 
@@ -100,14 +100,19 @@ UnitPlan plan_units(model::Model& model, const std::vector<at::Tensor>& paramete
 }
 
 BlockGatherer::BlockGatherer(comm::Communicator& comm, const std::vector<at::Tensor>& parameters,
-                             const UnitPlan& plan)
-    : comm_(comm), unit_of_block_(plan.unit_of_block), outside_(plan.outside) {
+                             const UnitPlan& plan, ddp::BufferPool& pool)
+    : comm_(comm), pool_(pool), unit_of_block_(plan.unit_of_block), outside_(plan.outside) {
   c10::NoGradGuard no_grad;
   for (const ddp::Bucket& planned : plan.units) {
     const std::int64_t padded = ddp::padded_numel(planned.numel, comm.size());
     const std::int64_t chunk = padded / comm.size();
     Unit unit;
-    unit.whole = at::zeros({padded}, parameters[planned.parameters.front()].options());
+    // A storage with the device's allocator (allocate_memory falls back on it), its memory, never
+    // touched, swapped for a pooled block at once: the block serves the steps' gathers after.
+    unit.whole = at::empty({padded}, parameters[planned.parameters.front()].options());
+    free_memory(unit.whole);
+    allocate_memory(unit.whole, pool);
+    unit.whole.narrow(0, planned.numel, padded - planned.numel).zero_();
     std::int64_t offset = 0;
     for (const size_t i : planned.parameters) {
       at::Tensor parameter = parameters[i];
@@ -116,7 +121,8 @@ BlockGatherer::BlockGatherer(comm::Communicator& comm, const std::vector<at::Ten
       parameter.set_data(place.view(parameter.sizes()));
       offset += parameter.numel();
     }
-    unit.shard = unit.whole.narrow(0, chunk * comm.rank(), chunk).clone();
+    unit.shard = ddp::mapped_zeros(chunk, unit.whole.options());  // long-lived: kept out of the step's heap
+    unit.shard.copy_(unit.whole.narrow(0, chunk * comm.rank(), chunk));
     free_memory(unit.whole);
     units_.push_back(std::move(unit));
   }
@@ -213,7 +219,7 @@ void BlockGatherer::before_backward(size_t block) {
 void BlockGatherer::gather(std::optional<size_t> u) {
   if (!u || units_[*u].gathered) return;
   Unit& unit = units_[*u];
-  allocate_memory(unit.whole);
+  allocate_memory(unit.whole, pool_);
   // In place (the rank's chunk of the whole buffer is the input): MPI's in-place all-gather
   // allocates no temporary of the whole size, as some of its out-of-place algorithms do.
   const std::int64_t chunk = unit.shard.numel();

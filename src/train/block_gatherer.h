@@ -20,6 +20,7 @@
 
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/ddp/bucket_plan.h"
+#include "hpctrain/ddp/buffer_pool.h"
 #include "hpctrain/model/model.h"
 
 namespace hpctrain::train {
@@ -40,7 +41,9 @@ class BlockGatherer final : public model::BlockHooks {
  public:
   // Cuts `parameters` (whole, and equal on every rank) into `plan`'s units and keeps this rank's
   // chunk of each: from here on they are whole only while gathered.
-  BlockGatherer(comm::Communicator& comm, const std::vector<at::Tensor>& parameters, const UnitPlan& plan);
+  // Gathered units take their memory from `pool`, which must outlive the gatherer.
+  BlockGatherer(comm::Communicator& comm, const std::vector<at::Tensor>& parameters, const UnitPlan& plan,
+                ddp::BufferPool& pool);
   ~BlockGatherer() override;
 
   // This rank's chunk of unit `unit`: the parameters' values it owns (the padding stays zero).
@@ -83,6 +86,7 @@ class BlockGatherer final : public model::BlockHooks {
   std::optional<size_t> other_unit(size_t block, int direction) const;
 
   comm::Communicator& comm_;
+  ddp::BufferPool& pool_;
   std::vector<Unit> units_;
   std::vector<std::optional<size_t>> unit_of_block_;
   std::optional<size_t> outside_;

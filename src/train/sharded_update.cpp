@@ -14,7 +14,9 @@
 
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/core/error.h"
+#include "hpctrain/ddp/buffer_pool.h"
 #include "hpctrain/ddp/grad_sync.h"
+#include "hpctrain/ddp/mapped_memory.h"
 #include "hpctrain/ddp/shard_plan.h"
 #include "hpctrain/train/gradient_update.h"
 #include "block_gatherer.h"
@@ -52,6 +54,7 @@ class ShardedUpdate final : public GradientUpdate {
     }
     ddp::GradSyncOptions options = gradient_sync_options(config.dist);
     options.reduction = stage_ == 1 ? ddp::Reduction::kReduceScatter : ddp::Reduction::kReduceScatterAndRelease;
+    options.pool = &pool_;
     if (stage_ == 3) shard_parameters(options);
     sync_ = std::make_unique<ddp::GradSync>(comm, parameters_, options);
     pieces_ = ddp::plan_shard(sync_->buckets(), numels, comm.size(), comm.rank());
@@ -67,6 +70,8 @@ class ShardedUpdate final : public GradientUpdate {
       piece_tensors_.push_back(tensor);
     }
     optimizer_ = make_optimizer(config.optim, named_pieces, decayed);
+    // Mapped: the state lives outside the heap that a step's temporaries come and go in.
+    allocate_optimizer_state(*optimizer_, ddp::mapped_zeros);
     piece_names_ = names_in_optimizer_order(*optimizer_, named_pieces);
     if (gatherer_) model_.set_block_hooks(gatherer_.get());
   }
@@ -240,7 +245,7 @@ class ShardedUpdate final : public GradientUpdate {
                         "TorchScript module's parameters cannot be split so): use dist.zero_stage=2");
     }
     const UnitPlan plan = plan_units(model_, parameters_, options.bucket_bytes);
-    gatherer_ = std::make_unique<BlockGatherer>(comm_, parameters_, plan);
+    gatherer_ = std::make_unique<BlockGatherer>(comm_, parameters_, plan, pool_);
     options.buckets = plan.units;
     options.on_filled = [gatherer = gatherer_.get()](size_t unit) { gatherer->release(unit); };
   }
@@ -260,7 +265,7 @@ class ShardedUpdate final : public GradientUpdate {
     size_t next_piece = 0;
     for (size_t b = 0; b < sync_->bucket_count(); ++b) {
       const at::Tensor& shard = sync_->shard(b);
-      Gathering gather{b, at::empty({shard.numel() * comm_.size()}, shard.options()), nullptr};
+      Gathering gather{b, pool_.empty(shard.numel() * comm_.size(), shard.options()), nullptr};
       at::Tensor mine = gather.all.narrow(0, shard.numel() * comm_.rank(), shard.numel());
       mine.zero_();  // the padding
       for (; next_piece < pieces_.size() && pieces_[next_piece].bucket == b; ++next_piece) {
@@ -292,6 +297,7 @@ class ShardedUpdate final : public GradientUpdate {
   model::Model& model_;
   std::vector<std::string> names_;      // of parameters_, in the module's order
   std::vector<at::Tensor> parameters_;  // in the module's order
+  ddp::BufferPool pool_;                // buckets, gathered units and all-gathers, reused every step
   std::unique_ptr<BlockGatherer> gatherer_;  // stage 3; outlives sync_, which calls it
   std::unique_ptr<ddp::GradSync> sync_;
   std::vector<ddp::ShardPiece> pieces_;        // this rank's, bucket by bucket

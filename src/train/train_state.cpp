@@ -113,6 +113,27 @@ void load_optimizer_state(optim::Optimizer& optimizer, const std::vector<std::st
   }
 }
 
+void allocate_optimizer_state(optim::Optimizer& optimizer,
+                              const std::function<at::Tensor(std::int64_t, const at::TensorOptions&)>& allocate_zeros) {
+  if (dynamic_cast<optim::AdamW*>(&optimizer) == nullptr) return;
+  const std::vector<at::Tensor> parameters = parameters_of(optimizer);
+  if (parameters.empty()) return;
+  std::int64_t total = 0;
+  for (const at::Tensor& p : parameters) total += p.numel();
+  const at::Tensor averages = allocate_zeros(total, parameters.front().options());
+  const at::Tensor squares = allocate_zeros(total, parameters.front().options());
+  auto& states = optimizer.state();
+  std::int64_t offset = 0;
+  for (const at::Tensor& p : parameters) {
+    auto state = std::make_unique<optim::AdamWParamState>();
+    state->step(0);
+    state->exp_avg(averages.narrow(0, offset, p.numel()).view(p.sizes()));
+    state->exp_avg_sq(squares.narrow(0, offset, p.numel()).view(p.sizes()));
+    states[state_key(states, p)] = std::move(state);
+    offset += p.numel();
+  }
+}
+
 std::uint64_t rank_seed(std::int64_t seed, int rank, std::int64_t step) {
   return static_cast<std::uint64_t>(seed) * 1000003ULL + static_cast<std::uint64_t>(rank) + 1 +
          static_cast<std::uint64_t>(step) * 7919ULL;

@@ -185,6 +185,14 @@ void check_vocabulary(const config::Config& config, const InitialWeights& initia
                     ": prepare the text with the weights' tokenizer");
 }
 
+// The model; at dist.zero_stage=3 with its large buffers mapped, since the sharding frees them
+// (sys::LargeAllocationsMapped).
+std::shared_ptr<model::Model> build_model(const config::Config& config, const model::ModelSpec& spec) {
+  const sys::LargeAllocationsMapped mapped(config.dist.zero_stage == 3);
+  return model::make_model(config.model, spec);
+}
+
+
 // A token stream's splits, and the language model that reads them.
 void load_token_stream(const data::Manifest& manifest, bool need_train_split, TrainingSetup& setup) {
   const config::Config& config = setup.config;
@@ -204,7 +212,7 @@ void load_token_stream(const data::Manifest& manifest, bool need_train_split, Tr
   }
   HT_CHECK(setup.train || setup.eval, "nothing to load: no train split and no eval split");
   // The vocabulary is the manifest's num_classes (256 for `prepare text`'s bytes).
-  setup.model = model::make_model(config.model, {{config.model.gpt_block_size}, manifest.num_classes, true});
+  setup.model = build_model(config, {{config.model.gpt_block_size}, manifest.num_classes, true});
 }
 
 // The splits of samples with labels, and the classifier that fits them.
@@ -226,7 +234,7 @@ void load_sample_splits(bool need_train_split, TrainingSetup& setup) {
   HT_CHECK(train || eval, "nothing to load: no train split and no eval split");
   const data::Split& any = train ? *train : *eval;
   check_augmentation(config, any.sample_shape(), false);
-  setup.model = model::make_model(config.model, {any.sample_shape(), any.manifest().num_classes});
+  setup.model = build_model(config, {any.sample_shape(), any.manifest().num_classes});
   if (train) {
     setup.train = data::sample_source(*train, data::source_options(config, config.data.train_split, setup.use_cuda));
   }

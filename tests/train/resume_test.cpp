@@ -189,6 +189,58 @@ TEST(TrainState, OptimizerStateRoundTripsForAdamWAndSgd) {
   EXPECT_THROW(load_optimizer_state(*sgd, {"p"}, {{"p/momentum_buffer", torch::zeros({3})}}), CheckpointError);
 }
 
+// AdamW's state made before the first step, in two flat buffers, steps exactly as the state
+// AdamW makes itself; SGD's momentum (the first gradient, not zeros) is left to SGD.
+TEST(TrainState, AdamWStateMadeAheadInTwoBuffersStepsAsItsOwn) {
+  config::OptimConfig o;
+  o.name = config::OptimizerName::kAdamW;
+  o.lr = 0.01;
+  o.weight_decay = 0.01;
+  torch::manual_seed(2);
+  const at::Tensor x = torch::randn({5, 3});
+  const at::Tensor y = torch::randn({5, 4});
+  const at::Tensor w0 = torch::randn({3, 4});
+  const at::Tensor b0 = torch::randn({4});
+  std::vector<at::Tensor> trained;
+  std::vector<std::int64_t> buffer_numels;
+  for (const bool ahead : {false, true}) {
+    const at::Tensor w = w0.clone().set_requires_grad(true);
+    const at::Tensor b = b0.clone().set_requires_grad(true);
+    const NamedParameters named{{"w", w}, {"b", b}};
+    auto optimizer = make_optimizer(o, named);
+    if (ahead) {
+      allocate_optimizer_state(*optimizer, [&](std::int64_t numel, const at::TensorOptions& options) {
+        buffer_numels.push_back(numel);
+        return at::zeros({numel}, options);
+      });
+      const ckpt::NamedTensors state = optimizer_state(*optimizer, names_in_optimizer_order(*optimizer, named));
+      ASSERT_EQ(state.size(), 6u);
+      const at::Tensor& w_average = state[1].second;
+      const at::Tensor& b_average = state[4].second;
+      EXPECT_EQ(state[0].second.item<std::int64_t>(), 0);
+      EXPECT_EQ(static_cast<const float*>(b_average.data_ptr()), static_cast<const float*>(w_average.data_ptr()) + 12)
+          << "one buffer, the parameters' moments one after another";
+    }
+    for (int k = 0; k < 4; ++k) {
+      optimizer->zero_grad();
+      (x.matmul(w) + b).sub(y).square().sum().backward();
+      optimizer->step();
+    }
+    trained.push_back(torch::cat({w.detach().reshape({-1}), b.detach()}));
+  }
+  EXPECT_EQ(buffer_numels, (std::vector<std::int64_t>{16, 16}));
+  EXPECT_TRUE(torch::equal(trained[0], trained[1]));
+  o.name = config::OptimizerName::kSgd;
+  o.momentum = 0.9;
+  const at::Tensor p = torch::zeros({2}).set_requires_grad(true);
+  auto sgd = make_optimizer(o, {{"p", p}});
+  allocate_optimizer_state(*sgd, [](std::int64_t, const at::TensorOptions&) -> at::Tensor {
+    ADD_FAILURE() << "SGD's state is not made ahead";
+    return {};
+  });
+  EXPECT_TRUE(optimizer_state(*sgd, {"p"}).empty());
+}
+
 // read_resume_state puts a checkpoint's state back into live objects; the 0-d entries, stored
 // without a checksum, are range-checked, and a damaged one is an error naming file and entry.
 TEST_F(ResumePolicy, ResumeStateComesBackAndDamagedScalarsAreRefused) {

@@ -34,6 +34,22 @@ double process_age_s();
 // (see docs/architecture.md, "Allocator"). Idempotent.
 void tune_allocator();
 
+// While alive, allocations of 1 MiB or more are mapped, and go back to the kernel when freed, for
+// buffers that are freed for good soon: a model built whole only to be cut into ZeRO stage 3
+// shards would otherwise leave a hole of its size in the heap, which a step's temporaries then
+// scatter into and keep resident. Does nothing unless `active` and tune_allocator() set the
+// thresholds (GLIBC_TUNABLES unset). One at a time.
+class LargeAllocationsMapped {
+ public:
+  explicit LargeAllocationsMapped(bool active);
+  ~LargeAllocationsMapped();
+  LargeAllocationsMapped(const LargeAllocationsMapped&) = delete;
+  LargeAllocationsMapped& operator=(const LargeAllocationsMapped&) = delete;
+
+ private:
+  bool active_;
+};
+
 // Starts writing `path`'s dirty pages to disk and returns without waiting (Linux's
 // sync_file_range), so that the fsync of publish_atomically later waits only for the rest: the
 // disk works while the next part of a file is written. Best effort: does nothing where the file

@@ -32,6 +32,8 @@ class Communicator;
 
 namespace hpctrain::ddp {
 
+class BufferPool;
+
 // What a bucket's reduction gives each rank.
 enum class Reduction {
   kAllreduce,      // the whole bucket's average, in every parameter's .grad() (replicated)
@@ -57,6 +59,9 @@ struct GradSyncOptions {
   // Called with a bucket's index when all its parameters got their gradient in a backward (any
   // of a step's backwards), on autograd's thread: stage 3 frees the block's gathered parameters.
   std::function<void(std::size_t)> on_filled;
+  // Where released buckets (kReduceScatterAndRelease) get their memory, reused from step to step;
+  // null: the device's allocator. Must outlive the GradSync.
+  BufferPool* pool = nullptr;
 };
 
 class GradSync {

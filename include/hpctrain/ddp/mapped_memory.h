@@ -1,9 +1,9 @@
-// Memory for large buffers that live for part of a step (stage 3's gathered parameters): on the
-// CPU it comes from the kernel (mmap) and goes back to it when freed, so the resident size falls
-// at once. In malloc's heap, which keeps freed blocks below 256 MiB (Note [Allocator thresholds]
-// in src/core/system.cpp), blocks of many sizes allocated and freed all through a step stay
-// resident and fragment it. Elsewhere (CUDA) the device's allocator serves, whose cache reuses
-// them. Depends on core and c10/ATen.
+// Memory from the kernel (mmap) on the CPU, given back to it when freed, for large buffers kept
+// out of malloc's heap: a sharded step's long-lived shards and optimizer state, so that the heap
+// holds only a step's temporaries, and BufferPool's blocks (buffer_pool.h). In the heap, which
+// keeps freed blocks below 256 MiB (Note [Allocator thresholds] in src/core/system.cpp), blocks
+// of many sizes allocated and freed all through a step stay resident and fragment it. Elsewhere
+// (CUDA) the device's allocator serves, whose cache reuses them. Depends on core and c10/ATen.
 #pragma once
 
 #include <ATen/core/Tensor.h>

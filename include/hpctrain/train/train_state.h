@@ -4,9 +4,11 @@
 // NamedTensors) and torch (optimizer forward-declared).
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,13 +21,19 @@ class Optimizer;
 namespace hpctrain::train {
 
 // "<parameter name>/<state>" for every parameter that has optimizer state (none before the first
-// step). `names[i]` names the optimizer's i-th parameter (its parameter groups in order). The
+// step, unless allocate_optimizer_state made it). `names[i]` names the optimizer's i-th parameter (its parameter groups in order). The
 // tensors are the live state, not copies: write them before the next step.
 ckpt::NamedTensors optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<std::string>& names);
 // Replaces the optimizer's state with `stored` (as optimizer_state wrote it). Throws
 // CheckpointError naming what does not fit (an unknown parameter, a state of another optimizer).
 void load_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<std::string>& names,
                           const ckpt::NamedTensors& stored);
+// AdamW's state, made now as AdamW makes it at its first step (step 0, zero moments), but with
+// every parameter's moments views of two flat buffers that `allocate_zeros(numel, options)` gives:
+// a sharded rank's state then lies in two blocks of its own instead of hundreds of tensors among
+// the first step's temporaries. Other optimizers: nothing.
+void allocate_optimizer_state(torch::optim::Optimizer& optimizer,
+                              const std::function<at::Tensor(std::int64_t, const at::TensorOptions&)>& allocate_zeros);
 
 // The seed of rank `rank`'s generators in a run of train.seed `seed` (re)started after `step`
 // steps: distinct per rank (dropout masks differ, as separate processes' would in PyTorch DDP) and

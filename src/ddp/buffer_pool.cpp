@@ -1,0 +1,89 @@
+#include "hpctrain/ddp/buffer_pool.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <algorithm>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "hpctrain/ddp/mapped_memory.h"
+
+namespace hpctrain::ddp {
+
+struct BufferPool::Shelf {
+  struct Block {
+    std::size_t bytes;
+    c10::DataPtr memory;  // mapped; unmapped when destroyed
+  };
+  std::mutex mutex;  // blocks are taken and given back on autograd's threads too
+  std::vector<Block> free;
+  std::size_t mapped = 0;
+
+  // The smallest free block of at least `bytes`, taken off the shelf; else an empty Block, after
+  // unmapping the largest free block, which is too small for this request.
+  Block take(std::size_t bytes) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    auto best = free.end();
+    for (auto it = free.begin(); it != free.end(); ++it) {
+      if (it->bytes >= bytes && (best == free.end() || it->bytes < best->bytes)) best = it;
+    }
+    if (best == free.end()) {
+      const auto largest = std::max_element(free.begin(), free.end(),
+                                            [](const Block& a, const Block& b) { return a.bytes < b.bytes; });
+      if (largest != free.end()) {
+        mapped -= largest->bytes;
+        free.erase(largest);
+      }
+      return {0, c10::DataPtr()};
+    }
+    Block block = std::move(*best);
+    free.erase(best);
+    return block;
+  }
+
+  // What a lent block's DataPtr owns: the block, and the shelf it goes back to.
+  struct Lease {
+    std::shared_ptr<Shelf> shelf;
+    Block block;
+  };
+
+  static void give_back(void* context) {
+    auto* lease = static_cast<Lease*>(context);
+    {
+      const std::lock_guard<std::mutex> lock(lease->shelf->mutex);
+      lease->shelf->free.push_back(std::move(lease->block));
+    }
+    delete lease;
+  }
+};
+
+BufferPool::BufferPool() : shelf_(std::make_shared<Shelf>()) {}
+
+c10::DataPtr BufferPool::allocate(std::size_t bytes, c10::Device device, c10::Allocator& device_allocator) {
+  if (!device.is_cpu() || bytes < kSmallestPooledBytes) return device_allocator.allocate(bytes);
+  Shelf::Block block = shelf_->take(bytes);
+  if (!block.memory) {
+    block = {bytes, allocate_mapped(bytes, device, device_allocator)};
+    const std::lock_guard<std::mutex> lock(shelf_->mutex);
+    shelf_->mapped += bytes;
+  }
+  void* data = block.memory.get();
+  return c10::DataPtr(data, new Shelf::Lease{shelf_, std::move(block)}, &Shelf::give_back, device);
+}
+
+at::Tensor BufferPool::empty(std::int64_t numel, const at::TensorOptions& options) {
+  const auto bytes = static_cast<std::size_t>(numel) * options.dtype().itemsize();
+  c10::Allocator* device_allocator = c10::GetAllocator(options.device().type());
+  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, allocate(bytes, options.device(), *device_allocator),
+                       /*allocator=*/nullptr, /*resizable=*/false);
+  return at::empty({0}, options).set_(storage, 0, {numel}, {1});
+}
+
+std::size_t BufferPool::mapped_bytes() const {
+  const std::lock_guard<std::mutex> lock(shelf_->mutex);
+  return shelf_->mapped;
+}
+
+}  // namespace hpctrain::ddp
