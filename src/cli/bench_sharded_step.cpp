@@ -69,7 +69,7 @@ int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench
   torch::manual_seed(7);
   std::optional<train::Step> step;
   {
-    const sys::LargeAllocationsMapped mapped(stage == 3);  // as the trainer builds a model it shards
+    const sys::LargeAllocationsMapped mapped(stage > 0);  // as the trainer builds a model to shard
     step.emplace(model::make_model(config.model, bench.spec), config, *comm, ranks.device);
   }
   const std::vector<data::Batch> micro_batches{random_batch(bench.spec, batch, comm->size(), ranks.device)};

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -64,8 +65,8 @@ void check_tensor(const at::Tensor& tensor, const char* op) {
 
 bool on_host(const at::Tensor& tensor) { return tensor.device().is_cpu(); }
 
-// The two chunks a ring reduce-scatter carries, kept for the next one (the communicator's worker
-// thread alone uses them): allocated when a larger chunk comes, not with every bucket.
+// The two segments a ring reduce-scatter carries, kept for the next one (the communicator's
+// worker thread alone uses them).
 struct RingScratch {
   at::Tensor carried;   // the partial sum sent on
   at::Tensor arriving;  // the partial sum received
@@ -77,38 +78,44 @@ struct RingScratch {
   }
 };
 
-// Note [Ring reduce-scatter]: Open MPI 4.1's MPI_Reduce_scatter_block (basic_linear, its fixed choice)
-// reduces the whole buffer to rank 0 and scatters it from there: rank 0 mallocs two temporaries of
-// the whole buffer's size for every bucket, which stay in the heap and made it every sharded run's
-// largest rank, and it does every addition. In a ring, as NCCL's, each rank adds one chunk per
-// hop and holds two chunks besides the input: in W-1 hops chunk c travels from rank c+1 around to
-// rank c, each rank adding its own part. `input` (W chunks of `count`) is only read; chunk `rank`'s
-// sum is written to `output`, which may be that chunk of `input`. At W=2 each sum is the two
-// ranks' parts added once, as by any reduction; at larger W the order of additions is the ring's.
+// Note [Ring reduce-scatter]: Open MPI 4.1's MPI_Reduce_scatter_block (basic_linear, its fixed
+// choice) reduces the whole buffer to rank 0 and scatters it from there: rank 0 mallocs two
+// temporaries of the whole buffer's size for every bucket, which stay in the heap and made it
+// every sharded run's largest rank, and it does every addition. In a ring, as NCCL's, each rank
+// adds one chunk per hop: in W-1 hops chunk c travels from rank c+1 around to rank c, each rank
+// adding its own part. The chunks go around in segments of 1 MiB, so a rank holds two segments
+// besides the input. `input` (W chunks of `count`) is only read; chunk `rank`'s sum is written to
+// `output`, which may be that chunk of `input`. At W=2 each sum is the two ranks' parts added
+// once, as by any reduction; at larger W the order of additions is the ring's.
 void ring_reduce_scatter(const at::Tensor& input, const at::Tensor& output, MPI_Datatype type, MPI_Op sum,
                          MPI_Comm comm, int rank, int size, RingScratch& scratch) {
   constexpr int kRingTag = 7341;
   const std::int64_t count = output.numel();
+  const at::Tensor flat_output = output.view({-1});
   const auto chunk = [&](int c) { return input.view({-1}).narrow(0, ((c % size) + size) % size * count, count); };
   if (size == 1) {
-    if (output.data_ptr() != input.data_ptr()) output.view({-1}).copy_(chunk(0));
+    if (output.data_ptr() != input.data_ptr()) flat_output.copy_(chunk(0));
     return;
   }
-  scratch.fit(count, input.options());
-  at::Tensor carried = scratch.carried.narrow(0, 0, count);
-  at::Tensor arriving = scratch.arriving.narrow(0, 0, count);
+  const std::int64_t segment = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / input.element_size());
+  scratch.fit(std::min(segment, count), input.options());
   const int next = (rank + 1) % size;
   const int previous = (rank + size - 1) % size;
-  for (int hop = 0; hop < size - 1; ++hop) {
-    const at::Tensor sent = hop == 0 ? chunk(rank - 1) : carried;
-    HT_MPI_CHECK(MPI_Sendrecv(sent.data_ptr(), static_cast<int>(count), type, next, kRingTag, arriving.data_ptr(),
-                              static_cast<int>(count), type, previous, kRingTag, comm, MPI_STATUS_IGNORE));
-    // arriving = own part + arriving: the partial sum of chunk rank - hop - 2, one rank further on
-    HT_MPI_CHECK(MPI_Reduce_local(chunk(rank - hop - 2).data_ptr(), arriving.data_ptr(), static_cast<int>(count),
-                                  type, sum));
-    std::swap(carried, arriving);
+  for (std::int64_t start = 0; start < count; start += segment) {
+    const std::int64_t length = std::min(segment, count - start);
+    at::Tensor carried = scratch.carried.narrow(0, 0, length);
+    at::Tensor arriving = scratch.arriving.narrow(0, 0, length);
+    for (int hop = 0; hop < size - 1; ++hop) {
+      const at::Tensor sent = hop == 0 ? chunk(rank - 1).narrow(0, start, length) : carried;
+      HT_MPI_CHECK(MPI_Sendrecv(sent.data_ptr(), static_cast<int>(length), type, next, kRingTag, arriving.data_ptr(),
+                                static_cast<int>(length), type, previous, kRingTag, comm, MPI_STATUS_IGNORE));
+      // arriving = own part + arriving: the partial sum of chunk rank - hop - 2, one rank further on
+      HT_MPI_CHECK(MPI_Reduce_local(chunk(rank - hop - 2).narrow(0, start, length).data_ptr(), arriving.data_ptr(),
+                                    static_cast<int>(length), type, sum));
+      std::swap(carried, arriving);
+    }
+    flat_output.narrow(0, start, length).copy_(carried);
   }
-  output.view({-1}).copy_(carried);
 }
 
 // Note [Staging]: the collective ran on `host`; wait() copies its result into `device`.

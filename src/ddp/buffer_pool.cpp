@@ -20,23 +20,27 @@ struct BufferPool::Shelf {
   std::mutex mutex;  // blocks are taken and given back on autograd's threads too
   std::vector<Block> free;
   std::size_t mapped = 0;
+  std::size_t largest_request = 0;
 
-  // The smallest free block of at least `bytes`, taken off the shelf; else an empty Block, after
-  // unmapping the largest free block, which is too small for this request.
+  // The smallest free block of at least `bytes`, taken off the shelf; else a Block without
+  // memory saying how large a block to map, after unmapping the largest free block, which is too
+  // small for this request. New blocks are as large as the largest request yet, so that requests
+  // of near sizes (a model's buckets) share blocks: pages a request does not touch cost nothing.
   Block take(std::size_t bytes) {
     const std::lock_guard<std::mutex> lock(mutex);
+    largest_request = std::max(largest_request, bytes);
     auto best = free.end();
     for (auto it = free.begin(); it != free.end(); ++it) {
       if (it->bytes >= bytes && (best == free.end() || it->bytes < best->bytes)) best = it;
     }
     if (best == free.end()) {
-      const auto largest = std::max_element(free.begin(), free.end(),
-                                            [](const Block& a, const Block& b) { return a.bytes < b.bytes; });
-      if (largest != free.end()) {
-        mapped -= largest->bytes;
-        free.erase(largest);
+      const auto too_small = std::max_element(free.begin(), free.end(),
+                                              [](const Block& a, const Block& b) { return a.bytes < b.bytes; });
+      if (too_small != free.end()) {
+        mapped -= too_small->bytes;
+        free.erase(too_small);
       }
-      return {0, c10::DataPtr()};
+      return {largest_request, c10::DataPtr()};
     }
     Block block = std::move(*best);
     free.erase(best);
@@ -65,9 +69,9 @@ c10::DataPtr BufferPool::allocate(std::size_t bytes, c10::Device device, c10::Al
   if (!device.is_cpu() || bytes < kSmallestPooledBytes) return device_allocator.allocate(bytes);
   Shelf::Block block = shelf_->take(bytes);
   if (!block.memory) {
-    block = {bytes, allocate_mapped(bytes, device, device_allocator)};
+    block.memory = allocate_mapped(block.bytes, device, device_allocator);
     const std::lock_guard<std::mutex> lock(shelf_->mutex);
-    shelf_->mapped += bytes;
+    shelf_->mapped += block.bytes;
   }
   void* data = block.memory.get();
   return c10::DataPtr(data, new Shelf::Lease{shelf_, std::move(block)}, &Shelf::give_back, device);

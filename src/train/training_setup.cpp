@@ -185,10 +185,11 @@ void check_vocabulary(const config::Config& config, const InitialWeights& initia
                     ": prepare the text with the weights' tokenizer");
 }
 
-// The model; at dist.zero_stage=3 with its large buffers mapped, since the sharding frees them
-// (sys::LargeAllocationsMapped).
+// The model; sharded (dist.zero_stage 1 to 3), with its large buffers mapped
+// (sys::LargeAllocationsMapped): stage 3 frees them once cut into shards, and at every stage the
+// heap is left to a step's temporaries.
 std::shared_ptr<model::Model> build_model(const config::Config& config, const model::ModelSpec& spec) {
-  const sys::LargeAllocationsMapped mapped(config.dist.zero_stage == 3);
+  const sys::LargeAllocationsMapped mapped(config.dist.zero_stage > 0);
   return model::make_model(config.model, spec);
 }
 

@@ -26,20 +26,24 @@ TEST(BufferPool, AFreedBlockServesTheNextRequestThatFits) {
   EXPECT_EQ(pool.mapped_bytes(), static_cast<std::size_t>(4 * kMiB));
   at::Tensor second = pool.empty(2 * kMiB / 4, kFloats);
   EXPECT_NE(second.data_ptr(), smaller.data_ptr()) << "a block in use is not lent twice";
-  EXPECT_EQ(pool.mapped_bytes(), static_cast<std::size_t>(6 * kMiB));
+  EXPECT_EQ(pool.mapped_bytes(), static_cast<std::size_t>(8 * kMiB)) << "mapped as large as the largest request";
 }
 
 TEST(BufferPool, TheSmallestFreeBlockThatFitsIsTakenAndOneTooSmallMakesRoomForANewOne) {
   BufferPool pool;
-  at::Tensor large = pool.empty(8 * kMiB / 4, kFloats);
   at::Tensor small = pool.empty(2 * kMiB / 4, kFloats);
+  at::Tensor large = pool.empty(8 * kMiB / 4, kFloats);
   const void* small_memory = small.data_ptr();
   large.reset();
   small.reset();
   EXPECT_EQ(pool.empty(2 * kMiB / 4, kFloats).data_ptr(), small_memory) << "best fit";
-  // Two free blocks, 8 and 2 MiB, too small for 16: the larger is unmapped.
+  // Two free blocks, 2 and 8 MiB, too small for 16: the larger is unmapped.
   at::Tensor huge = pool.empty(16 * kMiB / 4, kFloats);
   EXPECT_EQ(pool.mapped_bytes(), static_cast<std::size_t>(18 * kMiB));
+  EXPECT_EQ(pool.empty(2 * kMiB / 4, kFloats).data_ptr(), small_memory) << "still there";
+  at::Tensor kept_small = pool.empty(2 * kMiB / 4, kFloats);
+  at::Tensor another = pool.empty(3 * kMiB / 4, kFloats);
+  EXPECT_EQ(pool.mapped_bytes(), static_cast<std::size_t>(34 * kMiB)) << "a new block is as large as any request yet";
 }
 
 TEST(BufferPool, SmallRequestsAreNotPooledAndMemoryMayOutliveThePool) {

@@ -34,11 +34,12 @@ double process_age_s();
 // (see docs/architecture.md, "Allocator"). Idempotent.
 void tune_allocator();
 
-// While alive, allocations of 1 MiB or more are mapped, and go back to the kernel when freed, for
-// buffers that are freed for good soon: a model built whole only to be cut into ZeRO stage 3
-// shards would otherwise leave a hole of its size in the heap, which a step's temporaries then
-// scatter into and keep resident. Does nothing unless `active` and tune_allocator() set the
-// thresholds (GLIBC_TUNABLES unset). One at a time.
+// While alive, allocations of 1 MiB or more are mapped, and go back to the kernel when freed: for
+// a sharded run's model, whose parameters then stay out of the heap a step's temporaries use, and
+// at ZeRO stage 3, where the model is built whole only to be cut into shards, would otherwise
+// leave a hole of its size in the heap, which the temporaries scatter into and keep resident.
+// Does nothing unless `active` and tune_allocator() set the thresholds (GLIBC_TUNABLES unset).
+// One at a time.
 class LargeAllocationsMapped {
  public:
   explicit LargeAllocationsMapped(bool active);

@@ -22,8 +22,9 @@ class BufferPool {
   BufferPool();
 
   // `bytes` on `device`, uninitialized: on the CPU the smallest free block that holds them, or a
-  // new mapped one (a free block too small for it is unmapped, so the pool never holds more blocks
-  // than were in use at once); small requests and other devices go to `device_allocator`. Freeing
+  // new mapped one as large as the largest request yet (a free block too small for it is
+  // unmapped, so the pool never holds more blocks than were in use at once); small requests and
+  // other devices go to `device_allocator`. Freeing
   // the DataPtr gives its block back; it may outlive the pool.
   c10::DataPtr allocate(std::size_t bytes, c10::Device device, c10::Allocator& device_allocator);
   // A 1-D tensor of `numel` uninitialized elements on allocate()'s memory.
