@@ -5,7 +5,6 @@
 #include <torch/torch.h>
 
 #include <cstdio>
-#include <optional>
 
 #include "bench.h"
 #include "hpctrain/comm/communicator.h"
@@ -67,17 +66,18 @@ int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench
   const auto& comm = ranks.comm;
   const std::int64_t rss_before = sys::current_rss_bytes();
   torch::manual_seed(7);
-  std::optional<train::Step> step;
+  std::shared_ptr<model::Model> net;
   {
     const sys::LargeAllocationsMapped mapped(stage > 0);  // as the trainer builds a model to shard
-    step.emplace(model::make_model(config.model, bench.spec), config, *comm, ranks.device);
+    net = model::make_model(config.model, bench.spec);
   }
+  train::Step step(std::move(net), config, *comm, ranks.device);
   const std::vector<data::Batch> micro_batches{random_batch(bench.spec, batch, comm->size(), ranks.device)};
-  const std::vector<double> seconds = time_passes(steps, [&] { step->run(micro_batches, {1e-4, false}); });
+  const std::vector<double> seconds = time_passes(steps, [&] { step.run(micro_batches, {1e-4, false}); });
   const double step_s = slowest_rank(*bootstrap, median(seconds));
   const double growth = slowest_rank(*bootstrap, static_cast<double>(sys::peak_rss_bytes() - rss_before));
   const double before = slowest_rank(*bootstrap, static_cast<double>(rss_before));
-  const train::HeldBytes held = step->held_bytes();
+  const train::HeldBytes held = step.held_bytes();
   if (bootstrap->world_rank() == 0) {
     constexpr double kMiB = 1 << 20;
     std::printf("# bench step --zero-stage %lld: %s, %s, batch %lld per rank, %d rank(s), buckets of %lld MiB; "

@@ -8,6 +8,7 @@
 
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/core/error.h"
+#include "hpctrain/core/system.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/timer.h"
 #include "hpctrain/core/trace.h"
@@ -62,6 +63,10 @@ Step::Step(std::shared_ptr<model::Model> model, const config::Config& config, co
            c10::Device device)
     : model_(std::move(model)), config_(config), comm_(comm), device_(device), objective_(make_objective(config)),
       skipped_({config.train.nonfinite == config::Nonfinite::kAbort, config.train.max_skipped}) {
+  // Sharded: what is made here to last (stage 1's buckets, the moving average) and the broadcast's
+  // temporaries are mapped, so the heap is left to the steps' temporaries (docs/architecture.md,
+  // "Allocator").
+  const sys::LargeAllocationsMapped mapped(config_.dist.zero_stage > 0);
   torch::nn::Module& module = model_->module();
   module.to(device_);
   std::vector<at::Tensor> everything = module.parameters();

@@ -116,6 +116,10 @@ void load_optimizer_state(optim::Optimizer& optimizer, const std::vector<std::st
 void allocate_optimizer_state(optim::Optimizer& optimizer,
                               const std::function<at::Tensor(std::int64_t, const at::TensorOptions&)>& allocate_zeros) {
   if (dynamic_cast<optim::AdamW*>(&optimizer) == nullptr) return;
+  for (const auto& group : optimizer.param_groups()) {
+    // AMSGrad's running maximum is not made here: AdamW would find it missing.
+    if (static_cast<const optim::AdamWOptions&>(group.options()).amsgrad()) return;
+  }
   const std::vector<at::Tensor> parameters = parameters_of(optimizer);
   if (parameters.empty()) return;
   std::int64_t total = 0;

@@ -31,7 +31,8 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<
 // AdamW's state, made now as AdamW makes it at its first step (step 0, zero moments), but with
 // every parameter's moments views of two flat buffers that `allocate_zeros(numel, options)` gives:
 // a sharded rank's state then lies in two blocks of its own instead of hundreds of tensors among
-// the first step's temporaries. Other optimizers: nothing.
+// the first step's temporaries. Other optimizers, and AdamW with AMSGrad: nothing. A checkpoint
+// read afterwards (load_optimizer_state) replaces the state with tensors of its own.
 void allocate_optimizer_state(torch::optim::Optimizer& optimizer,
                               const std::function<at::Tensor(std::int64_t, const at::TensorOptions&)>& allocate_zeros);
 
