@@ -204,6 +204,7 @@ struct MpiCommunicator::State {
       } catch (...) {
         task->error = std::current_exception();
       }
+      task->run = nullptr;  // its tensors, dropped now: a reduced bucket's memory serves the next gather
       flight::end(task->number, task->error == nullptr);
       {
         const std::lock_guard<std::mutex> lock(mutex);
@@ -449,6 +450,29 @@ std::unique_ptr<Work> MpiCommunicator::allgather(const at::Tensor& input, at::Te
                                const auto count = static_cast<int>(send.numel());
                                HT_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send.data_ptr(), count, type,
                                                           output.data_ptr(), count, type, comm));
+                             });
+  return std::make_unique<MpiWork>(std::move(task), state_->timeout_s);
+}
+
+// Note [Memory made when the gather starts]: at ZeRO stage 3 a rank's backward holds the unit it
+// computes, the gradient bucket it fills, the bucket reduced before it, and the unit gathered for
+// next. The worker runs collectives in order, so the next unit's gather starts only once that
+// reduction is complete; made then, its memory is the reduced bucket's, which the task dropped
+// (serve()), and a rank holds three such blocks rather than four (ddp/buffer_pool.h).
+std::unique_ptr<Work> MpiCommunicator::allgather_filled(at::Tensor& output, const std::function<void()>& fill) {
+  check_tensor(output, "allgather");
+  if (output.dim() != 1 || output.numel() % size_ != 0) {
+    throw CommError("MPI allgather: the output must be 1-D and hold " + std::to_string(size_) + " equal chunks");
+  }
+  if (!on_host(output)) return Communicator::allgather_filled(output, fill);
+  MPI_Comm comm = state_->comm;
+  const MPI_Datatype type = mpi_type(output, state_->sixteen);
+  const auto count = static_cast<int>(output.numel() / size_);
+  auto task = state_->submit("allgather", output, "MPI allgather of " + std::to_string(count) + " elements per rank",
+                             [output, fill, comm, type, count] {
+                               fill();
+                               HT_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, count, type, output.data_ptr(), count, type,
+                                                          comm));
                              });
   return std::make_unique<MpiWork>(std::move(task), state_->timeout_s);
 }

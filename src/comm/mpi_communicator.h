@@ -37,6 +37,7 @@ class MpiCommunicator final : public Communicator {
   void allreduce_blocking(at::Tensor& tensor, ReduceOp op) override;
   std::unique_ptr<Work> broadcast(at::Tensor& tensor, int root) override;
   std::unique_ptr<Work> allgather(const at::Tensor& input, at::Tensor& output) override;
+  std::unique_ptr<Work> allgather_filled(at::Tensor& output, const std::function<void()>& fill) override;
   std::unique_ptr<Work> reduce_scatter(const at::Tensor& input, at::Tensor& output,
                                        ReduceOp op) override;
   void barrier() override;

@@ -80,9 +80,7 @@ c10::DataPtr BufferPool::allocate(std::size_t bytes, c10::Device device, c10::Al
 at::Tensor BufferPool::empty(std::int64_t numel, const at::TensorOptions& options) {
   const auto bytes = static_cast<std::size_t>(numel) * options.dtype().itemsize();
   c10::Allocator* device_allocator = c10::GetAllocator(options.device().type());
-  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, allocate(bytes, options.device(), *device_allocator),
-                       /*allocator=*/nullptr, /*resizable=*/false);
-  return at::empty({0}, options).set_(storage, 0, {numel}, {1});
+  return tensor_over(allocate(bytes, options.device(), *device_allocator), numel, options);
 }
 
 std::size_t BufferPool::mapped_bytes() const {

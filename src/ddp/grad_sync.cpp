@@ -220,10 +220,16 @@ struct GradSync::State {
     const trace::BucketScope labelled(static_cast<std::int64_t>(b));  // the comm thread's span names it
     works[b] = sharded() ? comm.reduce_scatter(wire[b], shard_wire[b], comm::ReduceOp::kAvg)
                          : comm.allreduce(wire[b], comm::ReduceOp::kAvg);
-    if (releases()) finish_completed(b);
+    if (releases()) {
+      // The Work alone holds the bucket now and gives it back once reduced (communicator.h),
+      // for the next unit's gather to take (Note [Memory made when the gather starts]).
+      buffers[b].reset();
+      wire[b].reset();
+      finish_completed(b);
+    }
   }
 
-  // Waits for bucket b's reduction and puts its result in place; a released bucket is freed.
+  // Waits for bucket b's reduction and puts its result in place.
   void finish(size_t b) {
     works[b]->wait();
     works[b].reset();  // a Work may hold its tensors: released with it
@@ -231,10 +237,6 @@ struct GradSync::State {
       if (!shard_wire[b].is_same(shards[b])) shards[b].copy_(shard_wire[b]);
     } else if (!wire[b].is_same(buffers[b])) {
       buffers[b].copy_(wire[b]);
-    }
-    if (releases()) {
-      buffers[b].reset();
-      wire[b].reset();
     }
     finished[b] = 1;
   }

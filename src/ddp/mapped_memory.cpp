@@ -36,13 +36,17 @@ c10::DataPtr allocate_mapped(std::size_t bytes, c10::Device device, c10::Allocat
   return c10::DataPtr(address, new Mapping{address, bytes}, &unmap, device);
 }
 
+at::Tensor tensor_over(c10::DataPtr memory, std::int64_t numel, const at::TensorOptions& options,
+                       c10::Allocator* allocator) {
+  const auto bytes = static_cast<std::size_t>(numel) * options.dtype().itemsize();
+  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, std::move(memory), allocator, /*resizable=*/false);
+  return at::empty({0}, options).set_(storage, 0, {numel}, {1});
+}
+
 at::Tensor mapped_zeros(std::int64_t numel, const at::TensorOptions& options) {
   if (options.device().type() != c10::kCPU) return at::zeros({numel}, options);
   const auto bytes = static_cast<std::size_t>(numel) * options.dtype().itemsize();
-  c10::DataPtr memory = allocate_mapped(bytes, options.device(), *c10::GetCPUAllocator());
-  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, std::move(memory), /*allocator=*/nullptr,
-                       /*resizable=*/false);
-  return at::empty({0}, options).set_(storage, 0, {numel}, {1});
+  return tensor_over(allocate_mapped(bytes, options.device(), *c10::GetCPUAllocator()), numel, options);
 }
 
 }  // namespace hpctrain::ddp

@@ -107,11 +107,13 @@ BlockGatherer::BlockGatherer(comm::Communicator& comm, const std::vector<at::Ten
     const std::int64_t padded = ddp::padded_numel(planned.numel, comm.size());
     const std::int64_t chunk = padded / comm.size();
     Unit unit;
-    // A storage with the device's allocator (allocate_memory falls back on it), its memory, never
-    // touched, swapped for a pooled block at once: the block serves the steps' gathers after.
-    unit.whole = at::empty({padded}, parameters[planned.parameters.front()].options());
-    free_memory(unit.whole);
-    allocate_memory(unit.whole, pool);
+    // A pooled block, which serves the steps' gathers after; the storage keeps the device's
+    // allocator, which allocate_memory falls back on.
+    const at::TensorOptions options = parameters[planned.parameters.front()].options();
+    c10::Allocator* device_allocator = c10::GetAllocator(options.device().type());
+    const auto bytes = static_cast<size_t>(padded) * options.dtype().itemsize();
+    unit.whole = ddp::tensor_over(pool.allocate(bytes, options.device(), *device_allocator), padded, options,
+                                  device_allocator);
     unit.whole.narrow(0, planned.numel, padded - planned.numel).zero_();
     std::int64_t offset = 0;
     for (const size_t i : planned.parameters) {
@@ -219,13 +221,18 @@ void BlockGatherer::before_backward(size_t block) {
 void BlockGatherer::gather(std::optional<size_t> u) {
   if (!u || units_[*u].gathered) return;
   Unit& unit = units_[*u];
-  allocate_memory(unit.whole, pool_);
   // In place (the rank's chunk of the whole buffer is the input): MPI's in-place all-gather
-  // allocates no temporary of the whole size, as some of its out-of-place algorithms do.
-  const std::int64_t chunk = unit.shard.numel();
-  at::Tensor mine = unit.whole.narrow(0, chunk * comm_.rank(), chunk);
-  mine.copy_(unit.shard);
-  unit.gathering = comm_.allgather(mine, unit.whole);
+  // allocates no temporary of the whole size, as some of its out-of-place algorithms do. The
+  // memory is made, and the chunk put in it, when the gather starts (Note [Memory made when the
+  // gather starts] in src/comm/mpi_communicator.cpp); nothing reads the unit before wait(u).
+  const at::Tensor whole = unit.whole;
+  const at::Tensor shard = unit.shard;
+  const std::int64_t offset = shard.numel() * comm_.rank();
+  ddp::BufferPool* pool = &pool_;
+  unit.gathering = comm_.allgather_filled(unit.whole, [whole, shard, offset, pool] {
+    allocate_memory(whole, *pool);
+    whole.narrow(0, offset, shard.numel()).copy_(shard);
+  });
   unit.gathered = true;
 }
 

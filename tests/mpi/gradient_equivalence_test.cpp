@@ -14,6 +14,7 @@
 #include "hpctrain/train/nonfinite.h"
 #include "hpctrain/train/step_loss.h"
 #include "hpctrain/core/error.h"
+#include "hpctrain/ddp/buffer_pool.h"
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/model/model.h"
 #include "mpi_fixture.h"
@@ -234,6 +235,39 @@ TEST(MpiCommunicator, AllgatherAndReduceScatterInRankOrder) {
   at::Tensor wrong = torch::empty({3}, torch::kFloat64);
   EXPECT_THROW(comm->reduce_scatter(input, wrong, comm::ReduceOp::kSum), CommError);
   EXPECT_THROW(comm->allgather(mine, wrong), CommError);
+}
+
+// Note [Memory made when the gather starts]: a reduce-scatter's Work drops its input once
+// reduced, and a filled gather queued after it makes its memory only then: the pool lends it the
+// block the reduced bucket gave back.
+TEST(MpiCommunicator, AFilledGatherStartsWithTheMemoryAnEarlierReductionGaveBack) {
+  auto comm = comm::make_communicator(config::Backend::kMpi, *testing::g_bootstrap, false, 0);
+  const int world = comm->size();
+  const int rank = comm->rank();
+  const std::int64_t chunk = 1 << 18;  // 1 MiB of floats: pooled
+  ddp::BufferPool pool;
+  at::Tensor bucket = pool.empty(world * chunk, torch::kFloat32);
+  bucket.fill_(1.0f);
+  const void* bucket_memory = bucket.data_ptr();
+  at::Tensor shard = torch::empty({chunk});
+  auto reduced = comm->reduce_scatter(bucket, shard, comm::ReduceOp::kSum);
+  bucket.reset();  // the Work alone holds it now
+  at::Tensor whole = torch::empty({world * chunk});
+  const at::Tensor mine = torch::full({chunk}, static_cast<float>(rank));
+  c10::DataPtr block;
+  auto gathered = comm->allgather_filled(whole, [&] {
+    block = pool.allocate(static_cast<size_t>(chunk) * sizeof(float), at::kCPU, *c10::GetCPUAllocator());
+    whole.narrow(0, chunk * rank, chunk).copy_(mine);
+  });
+  gathered->wait();
+  reduced->wait();
+  EXPECT_EQ(block.get(), bucket_memory) << "the gather's memory is the reduced bucket's";
+  EXPECT_TRUE(torch::equal(shard, torch::full({chunk}, static_cast<float>(world))));
+  for (int r = 0; r < world; ++r) {
+    EXPECT_TRUE(torch::equal(whole.narrow(0, chunk * r, chunk), torch::full({chunk}, static_cast<float>(r)))) << r;
+  }
+  at::Tensor two_d = torch::empty({world, 2});
+  EXPECT_THROW(comm->allgather_filled(two_d, [] {}), CommError);
 }
 
 TEST(ReplicaCheck, NamesExactlyTheRanksWhoseParametersDiffer) {

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,7 +37,9 @@ class Communicator {
   virtual int size() const = 0;
 
   // Collective: every rank calls these in the same order with tensors of the same dtype and shape.
-  // The tensor must be contiguous and stay alive until the Work completes; results are in place.
+  // The tensor must be contiguous; results are in place. The Work keeps the tensors it is given
+  // until the collective is complete (MPI: it drops them on completion; NCCL: when wait() has
+  // ordered the compute stream after it), so a caller may drop its own at once.
   virtual std::unique_ptr<Work> allreduce(at::Tensor& tensor, ReduceOp op) = 0;
   virtual std::unique_ptr<Work> broadcast(at::Tensor& tensor, int root) = 0;
   // allreduce(tensor, op)->wait() for a caller that would wait at once. The MPI communicator runs
@@ -48,6 +51,15 @@ class Communicator {
   // `output` (size() x input.numel() elements) receives every rank's `input`, in rank order.
   // In place when `input` is the memory of chunk rank() of `output` (NCCL's convention).
   virtual std::unique_ptr<Work> allgather(const at::Tensor& input, at::Tensor& output) = 0;
+  // The in-place allgather into the 1-D `output`, whose memory and chunk rank() `fill` makes just
+  // before the gather starts. The MPI communicator runs `fill` on its worker, after every collective
+  // issued earlier has completed and dropped its tensors: memory those gave back (a reduced gradient
+  // bucket) can serve the gather (Note [Memory made when the gather starts]). Here, at once.
+  virtual std::unique_ptr<Work> allgather_filled(at::Tensor& output, const std::function<void()>& fill) {
+    fill();
+    const std::int64_t chunk = output.numel() / size();
+    return allgather(output.narrow(0, chunk * rank(), chunk), output);
+  }
   // `input` holds size() equal chunks; chunk r, reduced over all ranks, lands in rank r's
   // `output` (input.numel() / size() elements). The sharded-optimizer building block. In place
   // when `output` is the memory of chunk rank() of `input`; `input` is then left undefined.

@@ -79,9 +79,12 @@ ncclDataType_t nccl_type(const at::Tensor& tensor) {
 class NcclWork final : public Work {
  public:
   // The flight recorder counts it issued and started (on NCCL's stream) at once.
+  // `held`: the collective's tensors, kept until wait() has ordered the compute stream after it
+  // (communicator.h), so the caching allocator cannot lend their memory out while NCCL uses it.
   NcclWork(std::shared_ptr<NcclCommunicator::State> state, cudaEvent_t done, const char* op, std::int64_t bytes,
-           std::string what)
+           std::string what, std::vector<at::Tensor> held = {})
       : state_(std::move(state)),
+        held_(std::move(held)),
         done_(done),
         number_(flight::issue(op, bytes, "device")),
         what_(std::move(what) + " (collective #" + std::to_string(number_) + " of this rank)"),
@@ -121,6 +124,7 @@ class NcclWork final : public Work {
     }
     flight::end(number_, true);
     HT_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, done_, 0));
+    held_.clear();
     // No host thread runs it: the span is the host's view, from the issue to the wait's end.
     if (issued_us_ >= 0) {
       trace::add_span("nccl (issue to wait)", op_, issued_us_, trace::now_us(),
@@ -130,6 +134,7 @@ class NcclWork final : public Work {
 
  private:
   std::shared_ptr<NcclCommunicator::State> state_;
+  std::vector<at::Tensor> held_;
   cudaEvent_t done_;
   std::int64_t number_;
   std::string what_;
@@ -215,7 +220,8 @@ std::unique_ptr<Work> NcclCommunicator::allreduce(at::Tensor& tensor, ReduceOp o
                               state_->comm, state_->stream));
   return std::make_unique<NcclWork>(state_, record_done(state_->stream),
                                     "allreduce", static_cast<std::int64_t>(tensor.nbytes()),
-                                    "NCCL allreduce of " + std::to_string(tensor.numel()) + " elements");
+                                    "NCCL allreduce of " + std::to_string(tensor.numel()) + " elements",
+                                    std::vector<at::Tensor>{tensor});
 }
 
 std::unique_ptr<Work> NcclCommunicator::broadcast(at::Tensor& tensor, int root) {
@@ -227,7 +233,8 @@ std::unique_ptr<Work> NcclCommunicator::broadcast(at::Tensor& tensor, int root) 
                               state_->comm, state_->stream));
   return std::make_unique<NcclWork>(state_, record_done(state_->stream),
                                     "broadcast", static_cast<std::int64_t>(tensor.nbytes()),
-                                    "NCCL broadcast from rank " + std::to_string(root));
+                                    "NCCL broadcast from rank " + std::to_string(root),
+                                    std::vector<at::Tensor>{tensor});
 }
 
 std::unique_ptr<Work> NcclCommunicator::allgather(const at::Tensor& input, at::Tensor& output) {
@@ -243,7 +250,8 @@ std::unique_ptr<Work> NcclCommunicator::allgather(const at::Tensor& input, at::T
                               nccl_type(input), state_->comm, state_->stream));
   return std::make_unique<NcclWork>(state_, record_done(state_->stream),
                                     "allgather", static_cast<std::int64_t>(output.nbytes()),
-                                    "NCCL allgather of " + std::to_string(input.numel()) + " elements per rank");
+                                    "NCCL allgather of " + std::to_string(input.numel()) + " elements per rank",
+                                    std::vector<at::Tensor>{input, output});
 }
 
 std::unique_ptr<Work> NcclCommunicator::reduce_scatter(const at::Tensor& input, at::Tensor& output,
@@ -262,7 +270,8 @@ std::unique_ptr<Work> NcclCommunicator::reduce_scatter(const at::Tensor& input, 
   return std::make_unique<NcclWork>(state_, record_done(state_->stream),
                                     "reduce_scatter", static_cast<std::int64_t>(input.nbytes()),
                                     "NCCL reduce_scatter of " + std::to_string(output.numel()) +
-                                        " elements per rank");
+                                        " elements per rank",
+                                    std::vector<at::Tensor>{input, output});
 }
 
 void NcclCommunicator::barrier() {
