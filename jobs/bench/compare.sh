@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hpctrain against PyTorch DistributedDataParallel on this machine, taken side by side:
-#   jobs/bench/compare.sh [--quick] [--pairs N] [--bin PATH] [--out DIR] [--only unet]
+#   jobs/bench/compare.sh [--quick] [--pairs N] [--bin PATH] [--out DIR] [--only unet|zero]
 # For each case it runs hpctrain, then the PyTorch reference (jobs/bench/ddp_reference.py under
 # jobs/bench/torchrun.py) with glibc's default malloc, then the reference again with the malloc
 # thresholds that make PyTorch faster on CPU (GLIBC_TUNABLES; hpctrain sets them with mallopt), and
@@ -14,7 +14,8 @@
 #   the unet of configs/fashion_ddpm.ini (train.objective=diffusion), 2 ranks, batch 64
 #   (samples/s), against its PyTorch twin on the same objective; and sampling with it: 64 images,
 #   DDIM, 50 steps, guidance 2, 2 ranks (images/s), against the twin's DDIM loop.
-# --only unet: the unet cases alone, and their rows.
+# --only unet: the unet cases alone, and their rows; --only zero: the ZeRO stage 1 case alone, its
+# rate and its peak RSS.
 # Rates are taken over the steps after the first --warmup (hpctrain: its progress records after
 # the first; the reference: timed from the end of that step). Peak RSS is rank 0's. Time to the
 # first step: from just before the launcher starts to the end of rank 0's first optimizer step
@@ -64,7 +65,7 @@ else
   pairs=${pairs:-5}; cnn_steps=400; cnn_warmup=100; gpt_steps=60; gpt_warmup=15; comm_iters=20; comm_rounds=5
   unet_steps=60; unet_warmup=15; unet_images=64
 fi
-[ -z "$only" ] || [ "$only" = unet ] || { echo "compare.sh: --only takes unet" >&2; exit 2; }
+case "$only" in ''|unet|zero) ;; *) echo "compare.sh: --only takes unet or zero" >&2; exit 2 ;; esac
 [ "$pairs" -ge 3 ] || { echo "compare.sh: --pairs must be >= 3" >&2; exit 2; }
 
 source jobs/env.sh
@@ -155,36 +156,46 @@ unet_case() {
   done
 }
 
-# The table rows of CASES (a Python literal: [(case, title, target), ...]) from $results.
+# The table rows of CASES (a Python literal: [(case, title, target), ...]) from $results; with
+# `rss`, rank 0's peak RSS in MiB against the smaller PyTorch one (target: hpctrain <= 0.8x).
 case_rows() {
-  "$python" - "$results" "$1" <<'EOF'
+  "$python" - "$results" "$1" "${2:-rate}" <<'EOF'
 import ast, statistics, sys
 from collections import defaultdict
-rates = defaultdict(list)
+rss = sys.argv[3] == "rss"
+values = defaultdict(list)
 for line in open(sys.argv[1]):
-    case, program, rate = line.split("\t")[:3]
-    rates[case, program].append(float(rate))
+    case, program, rate, peak = line.split("\t")[:4]
+    values[case, program].append(float(peak if rss else rate))
 def cell(case, program):
-    v = rates[case, program]
+    v = values[case, program]
     return f"{statistics.median(v):,.1f} ({min(v):,.1f}–{max(v):,.1f})"
 for case, title, target in ast.literal_eval(sys.argv[2]):
-    best = max(statistics.median(rates[case, "pytorch-default"]), statistics.median(rates[case, "pytorch-tuned"]))
-    ratio = statistics.median(rates[case, "hpctrain"]) / best
+    pick = min if rss else max
+    best = pick(statistics.median(values[case, "pytorch-default"]), statistics.median(values[case, "pytorch-tuned"]))
+    ratio = statistics.median(values[case, "hpctrain"]) / best
+    if rss:
+        title, target = title.rsplit(", ", 1)[0] + ", peak RSS of rank 0, MiB", "<= 0.8x"
+    else:
+        target = f">= {target}x" if target else "-"
     print(f"| {title} | {cell(case, 'hpctrain')} | {cell(case, 'pytorch-default')} | {cell(case, 'pytorch-tuned')} | "
-          f"{ratio:.2f}x | {f'>= {target}x' if target else '-'} |")
+          f"{ratio:.2f}x | {target} |")
 EOF
 }
 unet_cases='[("unet-b64-2r", "unet (fashion_ddpm.ini), diffusion, 2 ranks, batch 64, samples/s", 1.1),
              ("unet-sample", "unet sampling, DDIM 50 steps, guidance 2, 2 ranks, images/s", None)]'
 
+zero_cases='[("fashion_cnn-b64-2r-zero1", "fashion_cnn, 2 ranks, batch 64, dist.zero_stage=1 vs ZeroRedundancyOptimizer, samples/s", 1.1)]'
+
 for pair in $(seq "$pairs"); do
   echo "pair $pair of $pairs" >&2
-  unet_case
+  [ "$only" = zero ] || unet_case
+  [ "$only" != unet ] || continue
+  cnn_case fashion_cnn-b64-2r-zero1 2 64 1
   [ -z "$only" ] || continue
   cnn_case fashion_cnn-b64-2r 2 64
   cnn_case fashion_cnn-b8-2r 2 8
   cnn_case fashion_cnn-b64-1r 1 64
-  cnn_case fashion_cnn-b64-2r-zero1 2 64 1
   gpt_case
 done
 
@@ -194,7 +205,11 @@ if [ -n "$only" ]; then
   echo
   echo "| case | hpctrain | PyTorch DDP | PyTorch DDP, tuned malloc | hpctrain / faster PyTorch | target |"
   echo "|---|---|---|---|---|---|"
-  case_rows "$unet_cases" | tee "$out/compare-unet.md"
+  if [ "$only" = unet ]; then
+    case_rows "$unet_cases" | tee "$out/compare-unet.md"
+  else
+    { case_rows "$zero_cases" && case_rows "$zero_cases" rss; } | tee "$out/compare-zero.md"
+  fi
   exit 0
 fi
 
