@@ -10,6 +10,7 @@
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/system.h"
 #include "mpi_check.h"
+#include "mpi_control_plane.h"
 #include "rank_watch.h"
 
 namespace hpctrain::comm {
@@ -95,35 +96,14 @@ void Bootstrap::watch_ranks(double timeout_s) {
 
 bool Bootstrap::watching_ranks() const { return impl_->watch != nullptr; }
 
-// The control plane's collectives are counted and recorded as the data plane's
-// (comm/flight_recorder.h); sizes that differ between ranks by design are recorded as 0.
-void Bootstrap::barrier() const {
-  const flight::Blocking recorded("barrier (control)", 0, "none");
-  HT_MPI_CHECK(MPI_Barrier(impl_->world));
-}
+void Bootstrap::barrier() const { mpi_plane::barrier(impl_->world, true); }
 
 void Bootstrap::broadcast_bytes(std::vector<std::uint8_t>& bytes, int root) const {
-  const flight::Blocking recorded("broadcast (control)", 0, "byte");
-  unsigned long long size = bytes.size();
-  HT_MPI_CHECK(MPI_Bcast(&size, 1, MPI_UNSIGNED_LONG_LONG, root, impl_->world));
-  bytes.resize(size);
-  HT_MPI_CHECK(MPI_Bcast(bytes.data(), static_cast<int>(size), MPI_BYTE, root, impl_->world));
+  mpi_plane::broadcast_bytes(impl_->world, bytes, root, true);
 }
 
 std::vector<std::string> Bootstrap::allgather_string(const std::string& value) const {
-  const flight::Blocking recorded("allgather (control)", 0, "char");
-  const int n = topology_.world_size;
-  int length = static_cast<int>(value.size());
-  std::vector<int> lengths(n);
-  HT_MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, impl_->world));
-  std::vector<int> offsets(n, 0);
-  for (int r = 1; r < n; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
-  std::string all(static_cast<size_t>(offsets[n - 1] + lengths[n - 1]), '\0');
-  HT_MPI_CHECK(MPI_Allgatherv(value.data(), length, MPI_CHAR, all.data(), lengths.data(),
-                              offsets.data(), MPI_CHAR, impl_->world));
-  std::vector<std::string> out(n);
-  for (int r = 0; r < n; ++r) out[r] = all.substr(offsets[r], lengths[r]);
-  return out;
+  return mpi_plane::allgather_string(impl_->world, value, true);
 }
 
 bool Bootstrap::all_true(bool flag) const {
@@ -135,10 +115,15 @@ bool Bootstrap::all_true(bool flag) const {
 }
 
 void Bootstrap::allreduce_sum(float* values, std::int64_t count) const {
-  HT_CHECK(count <= std::numeric_limits<int>::max(), "allreduce_sum: more than INT_MAX floats");
-  const flight::Blocking recorded("allreduce (control)", count * static_cast<std::int64_t>(sizeof(float)), "float");
-  HT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
-                             impl_->world));
+  mpi_plane::allreduce_sum(impl_->world, values, count, true);
+}
+
+std::unique_ptr<ControlPlane> Bootstrap::duplicate() const {
+  if (impl_->thread_level < MPI_THREAD_MULTIPLE) return nullptr;  // Note [Thread level]
+  MPI_Comm comm = MPI_COMM_NULL;
+  HT_MPI_CHECK(MPI_Comm_dup(impl_->world, &comm));
+  HT_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  return std::make_unique<MpiControlPlane>(comm);
 }
 
 void Bootstrap::abort_job(int exit_code) {

@@ -560,7 +560,9 @@ std::vector<Option> build_table() {
       row("ckpt.async", &C::ckpt, &CkptConfig::async, "false",
           "Copy the checkpoint to host memory at the step boundary and write it on a background "
           "thread while training continues (one write at a time; the next checkpoint and the end "
-          "of the run wait for it)."),
+          "of the run wait for it). With dist.zero_stage > 0 every rank copies and writes its own "
+          "part, the ranks' writers taking turns on a communicator of their own (MPI must provide "
+          "MPI_THREAD_MULTIPLE)."),
       row("ckpt.write_timeout_s", &C::ckpt, &CkptConfig::write_timeout_s, "0",
           "Seconds rank 0 may spend writing one checkpoint (with ckpt.async: waiting for the "
           "background write at the next checkpoint or the end) before the job ends with exit "

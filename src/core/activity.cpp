@@ -9,6 +9,8 @@
 #include <string>
 #include <thread>
 
+#include "hpctrain/core/error.h"
+
 namespace hpctrain::activity {
 
 namespace {
@@ -85,8 +87,9 @@ void say_fault_fires(const std::string& spec, const std::string& where) {
                std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
 }
 
-// Fired once, on this rank's first arrival at WHERE.
-void inject_fault(const char* where) {
+// Fired once, on this rank's first arrival at WHERE. `fault_point`: a fault_point(), where the
+// modes that go on (delay) or throw (fail) are allowed; an activity's entry only stops or hangs.
+void inject_fault(const char* where, bool fault_point) {
   static std::atomic<bool> fired{false};
   if (fired.load() || !fault_names_this_rank()) return;
   const FaultSpec& spec = fault_spec();
@@ -94,6 +97,9 @@ void inject_fault(const char* where) {
   say_fault_fires(spec.text, std::string("in ") + where);
   if (spec.mode == "stop") std::raise(SIGSTOP);
   if (spec.mode == "hang") sleep_forever();
+  if (!fault_point) return;
+  if (spec.mode == "delay") std::this_thread::sleep_for(std::chrono::seconds(3));
+  if (spec.mode == "fail") throw CheckpointError("HPCTRAIN_FAULT=" + spec.text + " failed " + where);
 }
 
 }  // namespace
@@ -151,10 +157,10 @@ std::int64_t count_collective() { return ++g_collectives; }
 
 void enter(Kind kind) {
   g_activity = pack(kind, clock_us());
-  inject_fault(name(kind));
+  inject_fault(name(kind), /*fault_point=*/false);
 }
 
-void fault_point(const char* where) { inject_fault(where); }
+void fault_point(const char* where) { inject_fault(where, /*fault_point=*/true); }
 
 Scope::Scope(Kind kind) : previous_(g_activity.load()) { enter(kind); }
 

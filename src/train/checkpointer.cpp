@@ -1,5 +1,5 @@
-// Checkpointer: writing checkpoints (every rank's generators gathered, rank 0 writes, in the
-// background with ckpt.async) and resuming from one.
+// Checkpointer: writing checkpoints (every rank's generators gathered, rank 0 writes, or every
+// rank its part of a sharded state; in the background with ckpt.async) and resuming from one.
 #include "hpctrain/train/checkpointer.h"
 
 #include <torch/torch.h>
@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include "hpctrain/config/parser.h"
@@ -83,6 +86,67 @@ void add_own_state(Step& step, ckpt::Checkpoint& checkpoint) {
   if (const WeightAverage* average = step.average()) average->add_to(checkpoint);
 }
 
+// What rank `rank`'s part of a sharded write failed with ("<exit code> <message>"), thrown again.
+[[noreturn]] void throw_part_error(size_t rank, const std::string& failure) {
+  const auto space = failure.find(' ');
+  const auto code = static_cast<ExitCode>(std::stoi(failure.substr(0, space)));
+  const std::string message = "rank " + std::to_string(rank) + ": " + failure.substr(space + 1);
+  if (code == ExitCode::kCheckpoint) throw CheckpointError(message);
+  throw Error(message, code);
+}
+
+// Note [Sharded checkpoints]: the optimizer state of a sharded update is written by the ranks that
+// hold it, into one file that reads exactly like a replicated run's (docs/checkpoint-format.md):
+// rank 0 starts it with everything else and its own slices, each other rank in rank order adds its
+// slices (HDF5 serial writers take turns), and rank 0 publishes it once every rank said it
+// succeeded; a failure anywhere discards it and ends every rank with the failing rank's error. A
+// rank that fails still takes its turns and says so in the gathering, so none waits for it. No
+// rank ever holds more optimizer state than its own. With ckpt.async each rank hands a host copy
+// of its part to its background writer, and the writers take their turns on a control plane of
+// their own while training goes on with the world's; each rank rethrows an error at its next step.
+//
+// Collective over `plane`. `part`: rank 0's, the checkpoint but the other ranks' slices; another
+// rank's, its slices. `timed`: the writes count as activity kCheckpoint (ckpt.write_timeout_s),
+// which only the training thread's may. Returns the path, or throws on every rank the same error,
+// with the failing rank's exit code.
+std::string write_in_turns(const comm::ControlPlane& plane, const std::string& dir, const ckpt::Checkpoint& part,
+                           std::int64_t step, bool best, std::int64_t keep_last, double blocked_s, bool timed) {
+  const Timer timer;
+  const int rank = plane.world_rank();
+  std::string temp;
+  std::string error;  // this rank's failure: its exit code, a space, its message
+  const auto write = [&](const auto& what) {
+    try {  // any error: the other ranks must hear of it
+      std::optional<activity::Scope> writing;
+      if (timed) writing.emplace(activity::Kind::kCheckpoint);
+      activity::fault_point("checkpoint-write");
+      what();
+    } catch (const Error& e) {
+      error = std::to_string(static_cast<int>(e.code())) + " " + e.what();
+    } catch (const std::exception& e) {
+      error = std::to_string(static_cast<int>(ExitCode::kInternal)) + " " + e.what();
+    }
+  };
+  if (rank == 0) write([&] { temp = ckpt::start_checkpoint(dir, part); });
+  std::vector<std::uint8_t> bytes(temp.begin(), temp.end());
+  plane.broadcast_bytes(bytes, 0);
+  temp.assign(bytes.begin(), bytes.end());
+  for (int r = 1; r < plane.world_size(); ++r) {
+    plane.barrier();
+    if (rank == r && !temp.empty()) write([&] { ckpt::add_slices(temp, part.slices); });
+  }
+  const std::vector<std::string> errors = plane.allgather_string(error);
+  for (size_t r = 0; r < errors.size(); ++r) {
+    if (errors[r].empty()) continue;
+    if (rank == 0 && !temp.empty()) ckpt::discard_checkpoint(temp);
+    throw_part_error(r, errors[r]);
+  }
+  if (rank != 0) return ckpt::checkpoint_path(dir, step);
+  const std::string path = ckpt::publish_checkpoint(dir, temp, step);
+  after_write(dir, path, timer.elapsed_s(), best, keep_last, blocked_s);
+  return path;
+}
+
 }  // namespace
 
 ckpt::NamedTensors model_state(model::Model& model) { return weights(model, !model::has_adapters(model)); }
@@ -97,7 +161,15 @@ ckpt::NamedTensors model_buffers(model::Model& model) {
 
 Checkpointer::Checkpointer(const config::Config& config, comm::ControlPlane& control, RunDirectory run_dir,
                            c10::Device device)
-    : config_(config), control_(control), run_dir_(std::move(run_dir)), device_(device) {}
+    : config_(config), control_(control), run_dir_(std::move(run_dir)), device_(device) {
+  if (!config_.ckpt.async || config_.dist.zero_stage == 0) return;
+  background_plane_ = control_.duplicate();
+  if (!background_plane_) {
+    throw ConfigError("ckpt.async=true with dist.zero_stage=" + std::to_string(config_.dist.zero_stage) +
+                      ": every rank writes its part of a sharded checkpoint in the background, which needs "
+                      "MPI_THREAD_MULTIPLE, and this MPI does not provide it; set ckpt.async=false");
+  }
+}
 
 std::string Checkpointer::save(Step& step, const RunPosition& at, const BestEvaluation& best_so_far, bool best) {
   // Waiting for the other ranks has no limit of its own (a rank that dies or freezes is found by
@@ -105,15 +177,16 @@ std::string Checkpointer::save(Step& step, const RunPosition& at, const BestEval
   const activity::Scope waiting(activity::Kind::kCheckpointWait);
   const trace::Span span("checkpoint");
   const Timer blocked;
-  // With ckpt.async, rank 0 first waits for its previous write while the others wait for it in
-  // the gathering, on the control plane, where nothing but rank 0's own limit times them out.
+  // With ckpt.async a rank first waits for its previous write: rank 0 alone unless sharded, the
+  // others waiting for it in the gathering, on the control plane, where nothing but rank 0's own
+  // limit times them out.
   if (config_.ckpt.async) wait_for_background_write();
   ckpt::NamedTensors generators = gather_generators();
   step.sync_buffers();
   if (base_checksums_.empty() && control_.world_rank() == 0) base_checksums_ = base_checksums(step.model());
   std::string path;
   if (step.update().zero_stage() > 0) {
-    path = save_sharded(step, at, best_so_far, std::move(generators), best);
+    path = save_sharded(step, at, best_so_far, std::move(generators), best, blocked);
   } else if (control_.world_rank() == 0) {
     const activity::Scope writing(activity::Kind::kCheckpoint);
     const ckpt::Checkpoint checkpoint = assemble(step, at, best_so_far, std::move(generators));
@@ -141,56 +214,28 @@ std::string Checkpointer::save(Step& step, const RunPosition& at, const BestEval
   return path;
 }
 
-// Note [Sharded checkpoints]: the optimizer state of a sharded update is written by the ranks that
-// hold it, into one file that reads exactly like a replicated run's (docs/checkpoint-format.md):
-// rank 0 starts it with everything else and its own slices, each other rank in rank order adds its
-// slices (HDF5 serial writers take turns), and rank 0 publishes it once every rank said it
-// succeeded; a failure anywhere discards it and ends every rank with the failing rank's error. No
-// rank ever holds more optimizer state than its own.
+// Note [Sharded checkpoints] (above write_in_turns).
 std::string Checkpointer::save_sharded(Step& step, const RunPosition& at, const BestEvaluation& best_so_far,
-                                       ckpt::NamedTensors generators, bool best) {
-  const Timer timer;
-  const int rank = control_.world_rank();
+                                       ckpt::NamedTensors generators, bool best, const Timer& blocked) {
   const std::string dir = run_dir_.checkpoints_dir();
-  std::string temp;
-  std::string error;
-  ckpt::Checkpoint mine;
-  if (rank == 0) {
-    const activity::Scope writing(activity::Kind::kCheckpoint);
-    try {
-      activity::fault_point("checkpoint-write");
-      temp = ckpt::start_checkpoint(dir, assemble(step, at, best_so_far, std::move(generators)));
-    } catch (const CheckpointError& e) {
-      error = e.what();
-    }
+  const std::int64_t keep_last = config_.ckpt.keep_last;
+  ckpt::Checkpoint part;
+  if (control_.world_rank() == 0) {
+    part = assemble(step, at, best_so_far, std::move(generators));
   } else {
-    add_own_state(step, mine);
+    add_own_state(step, part);
   }
-  std::vector<std::uint8_t> bytes(temp.begin(), temp.end());
-  control_.broadcast_bytes(bytes, 0);
-  temp.assign(bytes.begin(), bytes.end());
-  for (int r = 1; r < control_.world_size(); ++r) {
-    control_.barrier();
-    if (rank != r || temp.empty()) continue;
-    const activity::Scope writing(activity::Kind::kCheckpoint);
-    try {
-      ckpt::add_slices(temp, mine.slices);
-    } catch (const CheckpointError& e) {
-      error = e.what();
-    }
+  if (!config_.ckpt.async) {
+    return write_in_turns(control_, dir, part, at.step, best, keep_last, /*blocked_s=*/-1, /*timed=*/true);
   }
-  const std::vector<std::string> errors = control_.allgather_string(error);
-  for (size_t r = 0; r < errors.size(); ++r) {
-    if (errors[r].empty()) continue;
-    if (rank == 0 && !temp.empty()) ckpt::discard_checkpoint(temp);
-    throw CheckpointError("rank " + std::to_string(r) + ": " + errors[r]);
-  }
-  std::string path = ckpt::checkpoint_path(dir, at.step);
-  if (rank == 0) {
-    path = ckpt::publish_checkpoint(dir, temp, at.step);
-    after_write(dir, path, timer.elapsed_s(), best, config_.ckpt.keep_last, /*blocked_s=*/-1);
-  }
-  return path;
+  auto copy = std::make_shared<const ckpt::Checkpoint>(ckpt::host_copy(part));
+  writer_.start([plane = background_plane_, copy, dir, step = at.step, best, keep_last,
+                 waited = blocked.elapsed_s()] {
+    trace::name_thread("checkpoint");
+    const trace::Span background_write("checkpoint write");
+    write_in_turns(*plane, dir, *copy, step, best, keep_last, waited, /*timed=*/false);
+  });
+  return ckpt::checkpoint_path(dir, at.step);
 }
 
 // Every rank's generators, gathered on the control plane (no collective is in flight here).
@@ -236,11 +281,14 @@ ckpt::Checkpoint Checkpointer::assemble(Step& step, const RunPosition& at, const
   return checkpoint;
 }
 
-// Rank 0, with ckpt.async: waits for the write in flight, if any, as writing (timed by
-// ckpt.write_timeout_s), while the other ranks wait for rank 0 in the control plane (untimed).
+// With ckpt.async: waits for this rank's write in flight, if any. Rank 0 waits as writing (timed
+// by ckpt.write_timeout_s); the others wait for rank 0 (untimed): unsharded, in the gathering that
+// follows, on the control plane; sharded, here, for writers that wait for rank 0's turns, whose
+// limit ends the job when one of them hangs.
 void Checkpointer::wait_for_background_write() {
-  if (control_.world_rank() != 0) return;
-  const activity::Scope writing(activity::Kind::kCheckpoint);
+  const bool first = control_.world_rank() == 0;
+  if (!first && !background_plane_) return;
+  const activity::Scope writing(first ? activity::Kind::kCheckpoint : activity::Kind::kCheckpointWait);
   writer_.wait();
 }
 

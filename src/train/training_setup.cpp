@@ -128,11 +128,6 @@ void check_run_options(const config::Config& config, bool use_cuda, bool need_tr
   }
   check_optimizer_options(config.optim);
   check_schedule_options(config.optim);
-  if (config.dist.zero_stage > 0 && config.ckpt.async) {
-    throw ConfigError("ckpt.async=true with dist.zero_stage=" + std::to_string(config.dist.zero_stage) +
-                      ": each rank writes its own part of a sharded checkpoint, which has no background "
-                      "writer yet; set ckpt.async=false");
-  }
   make_objective(config);  // throws for a model the objective cannot train
   if (config.dist.zero_stage == 3 && config.model.name == config::ModelName::kTorchscript) {
     throw ConfigError("dist.zero_stage=3 with model.name=torchscript: stage 3 gathers the parameters block by "

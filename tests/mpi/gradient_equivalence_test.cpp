@@ -1,5 +1,6 @@
 // The golden check of data parallelism: N ranks with B samples each, gradients averaged, equal the
 // gradient of one process on the N*B concatenated samples, and are identical on every rank.
+#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

@@ -290,7 +290,7 @@ TEST(ShardedUpdate, EachRankHoldsItsShareOfTheOptimizerStateAndStageTwoOfTheGrad
   }
 }
 
-// Rank 0 starts the file, ranks 1.. add their slices in turn, as Checkpointer::save_sharded does.
+// Rank 0 starts the file, ranks 1.. add their slices in turn, as the Checkpointer's writes do.
 // `model`: what rank 0 stores of the model (at stage 3, the buffers alone).
 std::string write_sharded(const std::string& dir, ckpt::NamedTensors model, std::vector<ckpt::Checkpoint> parts) {
   parts[0].meta.step = 4;

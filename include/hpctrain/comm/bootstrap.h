@@ -46,6 +46,8 @@ class Bootstrap final : public ControlPlane {
   // Collective: element-wise sum over all ranks of `count` floats in host memory, in place, by one
   // blocking MPI_Allreduce: the reference `hpctrain bench comm` measures communicators against.
   void allreduce_sum(float* values, std::int64_t count) const override;
+  // A control plane over a duplicate of the world; nullptr without MPI_THREAD_MULTIPLE.
+  std::unique_ptr<ControlPlane> duplicate() const override;
 
   // Collective: starts the rank watch (Note [Rank watch] in src/comm/rank_watch.h): a rank silent
   // for `timeout_s`, or this rank past an activity's limit (activity::set_limit), ends the job

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,10 @@ class ControlPlane {
   virtual std::vector<std::string> allgather_string(const std::string& value) const = 0;
   // Element-wise sum over all ranks of `count` floats in host memory, in place.
   virtual void allreduce_sum(float* values, std::int64_t count) const = 0;
+  // A control plane of its own over the same ranks, for another thread to use while this one is
+  // in use (a sharded checkpoint's background writer); nullptr where there can be none (an MPI
+  // without MPI_THREAD_MULTIPLE, a plane that has no second).
+  virtual std::unique_ptr<ControlPlane> duplicate() const { return nullptr; }
 };
 
 }  // namespace hpctrain::comm

@@ -6,7 +6,7 @@
 // makes world rank RANK, on first entering activity WHERE (a Kind's name: loader, collective,
 // checkpoint, ...) or reaching fault_point(WHERE), either `stop` (SIGSTOP itself: a frozen node)
 // or `hang` (the calling thread sleeps forever while the process lives on: a hung file system
-// call).
+// call); at a fault point also `delay` or `fail` (fault_point, below).
 #pragma once
 
 #include <cstdint>
@@ -19,7 +19,7 @@ enum class Kind : int {
   kLoader,          // waiting for the loader's next batch
   kCollective,      // waiting for a collective to complete
   kInCollective,    // in a blocking collective on this thread (Communicator::allreduce_blocking)
-  kCheckpoint,      // rank 0 writing a checkpoint, or waiting for its previous background write
+  kCheckpoint,      // rank 0 writing a checkpoint (or its part), or waiting for its previous background write
   kCheckpointWait,  // in a checkpoint, waiting for the other ranks (gathering state, the barrier)
   kEvaluation,      // evaluating
   kFinishing,       // after the last step
@@ -67,7 +67,9 @@ std::int64_t next_collective();
 // Enters `kind` from now on.
 void enter(Kind kind);
 // A place, not an activity, where HPCTRAIN_FAULT may strike (any thread): "checkpoint-write",
-// the start of rank 0's write, on the background thread with ckpt.async.
+// the start of rank 0's write, or of a rank's part of a sharded one, on the background thread with
+// ckpt.async. Two more modes act only here: `delay` sleeps 3 s and goes on (a slow write); `fail`
+// throws CheckpointError, as a failed write would.
 void fault_point(const char* where);
 
 // Enters `kind` for its lifetime, then returns to the activity before it (and its clock).

@@ -1,5 +1,5 @@
-// A training run's checkpoints: every rank's generators gathered, rank 0 writes (in the background
-// with ckpt.async), checkpoints/best and pruning; and resuming a run from one (ckpt.resume). What
+// A training run's checkpoints: every rank's generators gathered, rank 0 writes, or every rank its
+// part of a sharded state (in the background with ckpt.async), checkpoints/best and pruning; and resuming a run from one (ckpt.resume). What
 // a checkpoint holds: docs/checkpoint-format.md. Depends on ckpt, comm's ControlPlane, config and
 // the train module's Step, Evaluation and resume parts.
 #pragma once
@@ -7,6 +7,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "hpctrain/comm/control_plane.h"
 #include "hpctrain/config/config.h"
 #include "hpctrain/core/background_job.h"
+#include "hpctrain/core/timer.h"
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/evaluator.h"
 #include "hpctrain/train/run_directory.h"
@@ -49,11 +51,14 @@ struct Resumed {
 
 class Checkpointer {
  public:
+  // Collective. ckpt.async with dist.zero_stage > 0 on an MPI without MPI_THREAD_MULTIPLE is a
+  // ConfigError (the ranks' background writers talk on a control plane of their own).
   Checkpointer(const config::Config& config, comm::ControlPlane& control, RunDirectory run_dir, c10::Device device);
 
   // Collective: a checkpoint of `step` at `at`, with the best evaluation so far; `best`: also
-  // named by checkpoints/best (ckpt.keep_best), which pruning spares. With ckpt.async rank 0
-  // returns once a host copy is handed to the background writer. Returns the path.
+  // named by checkpoints/best (ckpt.keep_best), which pruning spares. With ckpt.async a rank
+  // returns once a host copy of what it writes is handed to its background writer. Returns the
+  // path.
   std::string save(Step& step, const RunPosition& at, const BestEvaluation& best_so_far, bool best = false);
   // The last checkpoint written holds `at`.
   bool holds(const RunPosition& at) const { return written_ && *written_ == at; }
@@ -61,7 +66,7 @@ class Checkpointer {
   const std::string& last() const { return last_; }
   // A background write that failed ends the run now (its error rethrown).
   void rethrow_if_failed() { writer_.rethrow_if_failed(); }
-  // Collective, at the end of a run: with ckpt.async, waits until rank 0's last write is on disk.
+  // Collective, at the end of a run: with ckpt.async, waits until the last write is on disk.
   void finish();
 
   // Collective: continues from the checkpoint ckpt.resume picks into `step` (nullopt: none, start
@@ -71,7 +76,7 @@ class Checkpointer {
 
  private:
   std::string save_sharded(Step& step, const RunPosition& at, const BestEvaluation& best_so_far,
-                           ckpt::NamedTensors generators, bool best);
+                           ckpt::NamedTensors generators, bool best, const Timer& blocked);
   ckpt::NamedTensors gather_generators();
   ckpt::Checkpoint assemble(Step& step, const RunPosition& at, const BestEvaluation& best_so_far,
                             ckpt::NamedTensors generators) const;
@@ -88,7 +93,10 @@ class Checkpointer {
   std::string last_;                       // the last checkpoint's path
   std::optional<RunPosition> written_;     // and the position it holds
   ckpt::NamedTensors base_checksums_;      // of a LoRA model's frozen base, computed once
-  BackgroundJob writer_;  // ckpt.async, on rank 0; last, so destroyed (waited for) first
+  // ckpt.async with a sharded state: the background writers' own control plane.
+  // Shared with the writer's thread, which may outlive this object (~BackgroundJob).
+  std::shared_ptr<comm::ControlPlane> background_plane_;
+  BackgroundJob writer_;  // ckpt.async: rank 0's, or every rank's when sharded; last, so destroyed (waited for) first
 };
 
 }  // namespace hpctrain::train
