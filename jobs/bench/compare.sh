@@ -185,7 +185,8 @@ EOF
 unet_cases='[("unet-b64-2r", "unet (fashion_ddpm.ini), diffusion, 2 ranks, batch 64, samples/s", 1.1),
              ("unet-sample", "unet sampling, DDIM 50 steps, guidance 2, 2 ranks, images/s", None)]'
 
-zero_cases='[("fashion_cnn-b64-2r-zero1", "fashion_cnn, 2 ranks, batch 64, dist.zero_stage=1 vs ZeroRedundancyOptimizer, samples/s", 1.1)]'
+zero_cases='[("fashion_cnn-b64-2r-zero1",
+              "fashion_cnn, 2 ranks, batch 64, dist.zero_stage=1 vs ZeroRedundancyOptimizer, samples/s", 1.1)]'
 
 for pair in $(seq "$pairs"); do
   echo "pair $pair of $pairs" >&2

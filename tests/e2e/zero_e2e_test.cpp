@@ -229,7 +229,8 @@ TEST_F(ZeroEndToEnd, ShardedCheckpointsWrittenInTheBackgroundEqualWaitedOnesAndA
   ASSERT_EQ(waited.exit_code, 0) << waited.err;
   const std::string async = every + "--ckpt.async=true ";
   const ProcessResult first =
-      run_command("env HPCTRAIN_FAULT=delay@0:checkpoint-write " + fashion(3, "async3", async + "--train.max_steps=15"));
+      run_command("env HPCTRAIN_FAULT=delay@0:checkpoint-write " +
+                  fashion(3, "async3", async + "--train.max_steps=15"));
   ASSERT_EQ(first.exit_code, 0) << first.err;
   // Steps 6 to 10 ran while step 5's checkpoint was being written; step 10's waited for the rest.
   EXPECT_GT(seconds_waited(first.err, "ckpt-10.h5"), 1.0) << first.err;
@@ -240,8 +241,8 @@ TEST_F(ZeroEndToEnd, ShardedCheckpointsWrittenInTheBackgroundEqualWaitedOnesAndA
     expect_same_tensors(checkpoint("waited3", step), checkpoint("async3", step), {"model", "optim", "sched"});
   }
 
-  const ProcessResult failed =
-      run_command("env HPCTRAIN_FAULT=fail@1:checkpoint-write " + fashion(3, "failed3", async + "--train.max_steps=30"));
+  const ProcessResult failed = run_command("env HPCTRAIN_FAULT=fail@1:checkpoint-write " +
+                                           fashion(3, "failed3", async + "--train.max_steps=30"));
   EXPECT_EQ(failed.exit_code, 4) << failed.err;
   EXPECT_GE(count_lines_with(failed.err, "rank 1: HPCTRAIN_FAULT=fail@1:checkpoint-write failed checkpoint-write"), 1)
       << failed.err;

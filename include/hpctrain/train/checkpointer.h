@@ -1,7 +1,8 @@
 // A training run's checkpoints: every rank's generators gathered, rank 0 writes, or every rank its
-// part of a sharded state (in the background with ckpt.async), checkpoints/best and pruning; and resuming a run from one (ckpt.resume). What
-// a checkpoint holds: docs/checkpoint-format.md. Depends on ckpt, comm's ControlPlane, config and
-// the train module's Step, Evaluation and resume parts.
+// part of a sharded state (in the background with ckpt.async), checkpoints/best and pruning; and
+// resuming a run from one (ckpt.resume). What a checkpoint holds: docs/checkpoint-format.md.
+// Depends on ckpt, comm's ControlPlane, config and the train module's Step, Evaluation and resume
+// parts.
 #pragma once
 
 #include <c10/core/Device.h>
