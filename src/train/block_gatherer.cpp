@@ -225,12 +225,13 @@ void BlockGatherer::gather(std::optional<size_t> u) {
   // allocates no temporary of the whole size, as some of its out-of-place algorithms do. The
   // memory is made, and the chunk put in it, when the gather starts (Note [Memory made when the
   // gather starts] in src/comm/mpi_communicator.cpp); nothing reads the unit before wait(u).
+  // Everything the fill uses is owned by it, the pool's shelf too (a copy of the handle): a job
+  // ending on an error destroys this gatherer while the MPI worker, let go, may still run it.
   const at::Tensor whole = unit.whole;
   const at::Tensor shard = unit.shard;
   const std::int64_t offset = shard.numel() * comm_.rank();
-  ddp::BufferPool* pool = &pool_;
-  unit.gathering = comm_.allgather_filled(unit.whole, [whole, shard, offset, pool] {
-    allocate_memory(whole, *pool);
+  unit.gathering = comm_.allgather_filled(unit.whole, [whole, shard, offset, pool = pool_]() mutable {
+    allocate_memory(whole, pool);
     whole.narrow(0, offset, shard.numel()).copy_(shard);
   });
   unit.gathered = true;

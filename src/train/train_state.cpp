@@ -7,6 +7,7 @@
 #include <mutex>
 #include <sstream>
 #include <type_traits>
+#include <utility>
 
 #include "hpctrain/core/error.h"
 
@@ -82,7 +83,7 @@ void load_optimizer_state(optim::Optimizer& optimizer, const std::vector<std::st
   }
   const bool adamw = dynamic_cast<optim::AdamW*>(&optimizer) != nullptr;
   auto& states = optimizer.state();
-  states.clear();
+  auto made_ahead = std::exchange(states, {});  // allocate_optimizer_state's, filled in place below
   for (auto& entry : by_parameter) {
     // Named, not a structured binding: the lambda below captures them, which C++17 does not allow
     // for structured bindings (GCC accepts it, clang does not).
@@ -98,13 +99,25 @@ void load_optimizer_state(optim::Optimizer& optimizer, const std::vector<std::st
       return found->second.to(target.options());
     };
     if (adamw) {
-      auto restored = std::make_unique<optim::AdamWParamState>();
       if (state.count("step") == 0) throw CheckpointError("optimizer state of " + parameter + " has no step");
+      const auto key = state_key(states, target);
+      std::unique_ptr<optim::OptimizerParamState>& kept = made_ahead[key];
+      auto* restored = dynamic_cast<optim::AdamWParamState*>(kept.get());
+      // State made ahead (two flat buffers, kept out of the heap) keeps its memory: a resumed run
+      // holds it as a fresh one does. AMSGrad's is never made ahead.
+      const bool fill = restored != nullptr && state.count("max_exp_avg_sq") == 0;
+      if (!fill) kept = std::make_unique<optim::AdamWParamState>();
+      restored = static_cast<optim::AdamWParamState*>(kept.get());
       restored->step(ckpt::stored_count(state.at("step"), "optimizer state " + parameter + "/step"));
-      restored->exp_avg(on_device("exp_avg"));
-      restored->exp_avg_sq(on_device("exp_avg_sq"));
-      if (state.count("max_exp_avg_sq") > 0) restored->max_exp_avg_sq(on_device("max_exp_avg_sq"));
-      states[state_key(states, target)] = std::move(restored);
+      if (fill) {
+        restored->exp_avg().copy_(on_device("exp_avg"));
+        restored->exp_avg_sq().copy_(on_device("exp_avg_sq"));
+      } else {
+        restored->exp_avg(on_device("exp_avg"));
+        restored->exp_avg_sq(on_device("exp_avg_sq"));
+        if (state.count("max_exp_avg_sq") > 0) restored->max_exp_avg_sq(on_device("max_exp_avg_sq"));
+      }
+      states[key] = std::move(kept);
     } else {
       auto restored = std::make_unique<optim::SGDParamState>();
       restored->momentum_buffer(on_device("momentum_buffer"));

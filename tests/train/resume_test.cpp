@@ -241,6 +241,43 @@ TEST(TrainState, AdamWStateMadeAheadInTwoBuffersStepsAsItsOwn) {
   EXPECT_TRUE(optimizer_state(*sgd, {"p"}).empty());
 }
 
+// A checkpoint's AdamW state loaded where the state was made ahead fills its buffers in place:
+// a resumed sharded run holds its moments as a fresh one does, out of the heap.
+TEST(TrainState, LoadedAdamWStateFillsTheBuffersMadeAhead) {
+  config::OptimConfig o;
+  o.name = config::OptimizerName::kAdamW;
+  o.lr = 0.01;
+  torch::manual_seed(3);
+  const at::Tensor w = torch::randn({3, 4}).set_requires_grad(true);
+  const at::Tensor b = torch::randn({4}).set_requires_grad(true);
+  const NamedParameters named{{"w", w}, {"b", b}};
+  auto trained = make_optimizer(o, named);
+  for (int k = 0; k < 2; ++k) {
+    trained->zero_grad();
+    (torch::randn({5, 3}).matmul(w) + b).square().sum().backward();
+    trained->step();
+  }
+  const std::vector<std::string> names = names_in_optimizer_order(*trained, named);
+  const ckpt::NamedTensors stored = optimizer_state(*trained, names);
+  auto resumed = make_optimizer(o, named);
+  std::vector<at::Tensor> buffers;
+  allocate_optimizer_state(*resumed, [&](std::int64_t numel, const at::TensorOptions& options) {
+    buffers.push_back(at::zeros({numel}, options));
+    return buffers.back();
+  });
+  load_optimizer_state(*resumed, names, stored);
+  const ckpt::NamedTensors loaded = optimizer_state(*resumed, names);
+  ASSERT_EQ(loaded.size(), stored.size());
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    EXPECT_EQ(loaded[i].first, stored[i].first);
+    EXPECT_TRUE(torch::equal(loaded[i].second, stored[i].second)) << loaded[i].first;
+  }
+  ASSERT_EQ(buffers.size(), 2u);
+  EXPECT_EQ(loaded[1].second.data_ptr(), buffers[0].data_ptr()) << "w's exp_avg is the buffer made ahead";
+  EXPECT_EQ(loaded[5].second.data_ptr(), static_cast<float*>(buffers[1].data_ptr()) + 12)
+      << "b's exp_avg_sq, in the second buffer after w's";
+}
+
 // read_resume_state puts a checkpoint's state back into live objects; the 0-d entries, stored
 // without a checksum, are range-checked, and a damaged one is an error naming file and entry.
 TEST_F(ResumePolicy, ResumeStateComesBackAndDamagedScalarsAreRefused) {

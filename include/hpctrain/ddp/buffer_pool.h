@@ -19,6 +19,7 @@ namespace hpctrain::ddp {
 
 class BufferPool {
  public:
+  // A handle: copies share the pool.
   BufferPool();
 
   // `bytes` on `device`, uninitialized: on the CPU the smallest free block that holds them, or a
