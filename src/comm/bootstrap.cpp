@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <exception>
-#include <limits>
 
 #include "bootstrap_impl.h"
 #include "hpctrain/comm/flight_recorder.h"

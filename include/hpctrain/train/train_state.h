@@ -24,7 +24,8 @@ namespace hpctrain::train {
 // step, unless allocate_optimizer_state made it). `names[i]` names the optimizer's i-th parameter (its parameter groups in order). The
 // tensors are the live state, not copies: write them before the next step.
 ckpt::NamedTensors optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<std::string>& names);
-// Replaces the optimizer's state with `stored` (as optimizer_state wrote it). Throws
+// Replaces the optimizer's state with `stored` (as optimizer_state wrote it), AdamW state made
+// ahead (allocate_optimizer_state) filled in place. Throws
 // CheckpointError naming what does not fit (an unknown parameter, a state of another optimizer).
 void load_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<std::string>& names,
                           const ckpt::NamedTensors& stored);
@@ -32,7 +33,7 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<
 // every parameter's moments views of two flat buffers that `allocate_zeros(numel, options)` gives:
 // a sharded rank's state then lies in two blocks of its own instead of hundreds of tensors among
 // the first step's temporaries. Other optimizers, and AdamW with AMSGrad: nothing. A checkpoint
-// read afterwards (load_optimizer_state) replaces the state with tensors of its own.
+// read afterwards (load_optimizer_state) fills these buffers in place.
 void allocate_optimizer_state(torch::optim::Optimizer& optimizer,
                               const std::function<at::Tensor(std::int64_t, const at::TensorOptions&)>& allocate_zeros);
 
