@@ -8,7 +8,6 @@
 #include "bench.h"
 #include "hpctrain/cli/commands.h"
 #include "hpctrain/core/error.h"
-#include "hpctrain/core/system.h"
 #include "runtime.h"
 
 namespace hpctrain::cli {
@@ -42,7 +41,7 @@ int run_bench(const Args& args) {
     throw ConfigError("bench " + what + ": unexpected argument '" + parsed.positionals.back() +
                       "' (see hpctrain bench " + what + " --help)");
   }
-  sys::tune_allocator();  // measure with the allocator settings training runs with
+  tune_allocators();  // measure with the allocator settings training runs with
   if (what == "data") return bench_data(parsed);
   if (what == "comm") return bench_comm(parsed);
   return bench_step(parsed);

@@ -8,7 +8,6 @@
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/log.h"
-#include "hpctrain/core/system.h"
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/evaluator.h"
 #include "hpctrain/train/lora_base.h"
@@ -37,7 +36,7 @@ int run_eval(const Args& args) {
     throw ConfigError("eval: data.eval_split is empty; name the split to evaluate");
   }
   const std::string path = parsed.flags.at("checkpoint");
-  sys::tune_allocator();
+  tune_allocators();
   init_early_logging(parsed.config.log);
   train::TrainingSetup setup = train::prepare_training(parsed.config, /*need_train_split=*/false);
   const ckpt::CheckpointReader reader(path);

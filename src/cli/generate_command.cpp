@@ -241,7 +241,7 @@ int run_generate(const Args& args) {
   const std::vector<std::string> prompts = read_prompts(parsed);
   const std::int64_t batch = int_flag(parsed, "generate", "batch-size", "1");
   if (batch < 1) throw ConfigError("generate: --batch-size must be at least 1");
-  sys::tune_allocator();
+  tune_allocators();
   init_early_logging(parsed.config.log);
   Loaded loaded = load_model(parsed);
   const bool use_cuda = train::resolve_use_cuda(loaded.config.dist.device, train::visible_gpus());

@@ -21,12 +21,18 @@
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/system.h"
 #include "hpctrain/core/version.h"
+#include "hpctrain/ddp/block_cache.h"
 #include "hpctrain/io/h5_file.h"
 #include "hpctrain/train/device.h"
 #include "hpctrain/train/lora_base.h"
 #include "hpctrain/train/preflight.h"
 
 namespace hpctrain::cli {
+
+void tune_allocators() {
+  sys::tune_allocator();
+  ddp::install_block_cache();
+}
 
 void init_early_logging(const config::LogConfig& log_config) {
   log::Identity who;

@@ -48,6 +48,10 @@ struct Ranks {
 // when the ranks disagree or a device cannot be bound (on rank 0, with every problem).
 Ranks start_ranks(const RankStart& start);
 
+// Memory allocation as training needs it: glibc's thresholds (sys::tune_allocator) and the cache
+// of large CPU blocks (ddp::install_block_cache). Every command that runs a model calls it first.
+void tune_allocators();
+
 // Console logging before MPI starts: rank from the launcher's environment, so only rank 0 talks.
 void init_early_logging(const config::LogConfig& log_config);
 

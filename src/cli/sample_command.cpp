@@ -263,7 +263,7 @@ int run_sample(const Args& args) {
   const config::ParsedArgs parsed = config::parse_args(args, flags, /*with_options=*/false, false);
   if (!parsed.has("checkpoint")) throw ConfigError("sample: --checkpoint FILE is required");
   if (!parsed.has("out")) throw ConfigError("sample: --out DIR is required");
-  sys::tune_allocator();
+  tune_allocators();
   const ckpt::CheckpointReader reader(parsed.flags.at("checkpoint"));
   const Sampling sampling = read_sampling(parsed, reader);
   const std::vector<std::int64_t>& shape = sampling.manifest.fields.front().shape;

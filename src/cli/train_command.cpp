@@ -39,7 +39,7 @@ int run_train(const Args& args) {
     std::cout << resolved;
     return 0;
   }
-  sys::tune_allocator();
+  tune_allocators();
   init_early_logging(config.log);
   // Everything that can be wrong with the inputs fails here, on every rank alike, before MPI starts
   // and before anything is written.

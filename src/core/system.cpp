@@ -155,6 +155,7 @@ double process_age_s() {
 namespace {
 constexpr int kThresholdBytes = 256 << 20;
 std::atomic<bool> g_allocator_tuned{false};
+std::atomic<bool> g_large_mapped{false};
 }  // namespace
 
 void tune_allocator() {
@@ -168,12 +169,18 @@ void tune_allocator() {
 }
 
 LargeAllocationsMapped::LargeAllocationsMapped(bool active) : active_(active && g_allocator_tuned) {
-  if (active_) mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  if (!active_) return;
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  g_large_mapped = true;
 }
 
 LargeAllocationsMapped::~LargeAllocationsMapped() {
-  if (active_) mallopt(M_MMAP_THRESHOLD, kThresholdBytes);
+  if (!active_) return;
+  mallopt(M_MMAP_THRESHOLD, kThresholdBytes);
+  g_large_mapped = false;
 }
+
+bool large_allocations_mapped() { return g_large_mapped; }
 
 namespace {
 

@@ -39,7 +39,7 @@ void tune_allocator();
 // at ZeRO stage 3, where the model is built whole only to be cut into shards, would otherwise
 // leave a hole of its size in the heap, which the temporaries scatter into and keep resident.
 // Does nothing unless `active` and tune_allocator() set the thresholds (GLIBC_TUNABLES unset).
-// One at a time.
+// Meanwhile the block cache (ddp/block_cache.h) leaves every request to malloc. One at a time.
 class LargeAllocationsMapped {
  public:
   explicit LargeAllocationsMapped(bool active);
@@ -50,6 +50,9 @@ class LargeAllocationsMapped {
  private:
   bool active_;
 };
+
+// Whether a LargeAllocationsMapped is alive and active (the block cache asks).
+bool large_allocations_mapped();
 
 // Starts writing `path`'s dirty pages to disk and returns without waiting (Linux's
 // sync_file_range), so that the fsync of publish_atomically later waits only for the rest: the
