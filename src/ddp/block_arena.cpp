@@ -23,11 +23,15 @@ std::optional<std::size_t> BlockArena::take(std::size_t bytes) {
   return offset;
 }
 
-std::size_t BlockArena::give_back(std::size_t offset) {
+std::size_t BlockArena::bytes_at(std::size_t offset) const {
   const auto found = used_.find(offset);
   if (found == used_.end()) throw std::logic_error("BlockArena: no block in use at this offset");
-  const std::size_t bytes = found->second;
-  used_.erase(found);
+  return found->second;
+}
+
+std::size_t BlockArena::give_back(std::size_t offset) {
+  const std::size_t bytes = bytes_at(offset);
+  used_.erase(offset);
   used_bytes_ -= bytes;
   std::size_t start = offset;
   std::size_t end = offset + bytes;

@@ -69,6 +69,7 @@ TEST(BlockArena, RefusesWhatPassesItsCapacityAndOffsetsNotInUse) {
   EXPECT_FALSE(arena.take(100));
   EXPECT_TRUE(arena.take(50));
   EXPECT_THROW(arena.give_back(7), std::logic_error);
+  EXPECT_THROW(arena.bytes_at(7), std::logic_error);
 }
 
 // Random takes and frees: blocks in use never overlap, and the books add up.
@@ -96,6 +97,10 @@ TEST(BlockArena, BlocksInUseNeverOverlap) {
   }
   EXPECT_EQ(arena.used_bytes(), used);
   EXPECT_LE(live.back().first + live.back().second, arena.top());
+  for (const auto& [offset, bytes] : live) EXPECT_EQ(arena.bytes_at(offset), bytes);
+  std::shuffle(live.begin(), live.end(), random);
+  for (const auto& block : live) arena.give_back(block.first);
+  EXPECT_EQ(arena.top(), 0u) << "every free range merged back into the top";
 }
 
 }  // namespace

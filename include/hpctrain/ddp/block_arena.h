@@ -24,6 +24,9 @@ class BlockArena {
   // offset that is not in use.
   std::size_t give_back(std::size_t offset);
 
+  // The size of the block in use at `offset`. Throws std::logic_error for an offset not in use.
+  std::size_t bytes_at(std::size_t offset) const;
+
   // The end of the highest block in use: every offset from here up is free.
   std::size_t top() const { return top_; }
   // Bytes in use, and bytes free below top().

@@ -15,11 +15,16 @@ constexpr std::size_t kBlockCacheMaxBytes = std::size_t{256} << 20;
 constexpr std::size_t kBlockCacheTrimBytes = std::size_t{256} << 20;
 
 // Makes the cache libtorch's CPU allocator for the rest of the process, unless
-// HPCTRAIN_BLOCK_CACHE=0 is set, the build has AddressSanitizer (which must see every buffer), or
-// the range cannot be reserved. Returns whether it is installed. Idempotent.
+// HPCTRAIN_BLOCK_CACHE=0 is set, the build has AddressSanitizer (which must see every buffer),
+// RLIMIT_AS caps the address space, or the range cannot be reserved. Returns whether it is
+// installed. Idempotent.
 bool install_block_cache();
 
 // Whether `address` lies in the cache's range (false when it is not installed).
 bool block_cache_holds(const void* address);
+
+// The bytes of the range that may be resident: up to the highest top its blocks reached since
+// memory above was last given back (0 when it is not installed).
+std::size_t block_cache_resident_bytes();
 
 }  // namespace hpctrain::ddp
