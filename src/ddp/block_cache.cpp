@@ -34,10 +34,12 @@ std::size_t round_up(std::size_t bytes, std::size_t unit) { return (bytes + unit
 // thresholds) costs a page fault per page on every step (Note [Allocator thresholds]). In the
 // range only large blocks meet, freed neighbours merge, and each step reuses the memory of the
 // step before: its resident size stays near its peak use, without faults once it is reached.
-// As malloc does with its heap's top (M_TRIM_THRESHOLD), free memory at the range's top goes
-// back to the kernel once it passes 256 MiB; free memory below the top stays resident. The range
-// is reserved inaccessible and made writable as its top rises, so that, as with malloc's heap,
-// only what was used counts against a strict overcommit limit.
+// Free blocks stay resident for the next step, as in a caching allocator: giving back the free
+// top on every step (malloc's M_TRIM_THRESHOLD, at 256 MiB) made a language model's step fault
+// in all its activations again, 20 % slower. trim_block_cache() gives free memory back where a
+// run knows the set-up is over. The range is reserved inaccessible and made writable as its top
+// rises, so that, as with malloc's heap, only what was used counts against a strict overcommit
+// limit.
 class BlockCache final : public c10::Allocator {
  public:
   BlockCache(c10::Allocator* fallback, char* base, std::size_t capacity, std::size_t page)
@@ -65,6 +67,9 @@ class BlockCache final : public c10::Allocator {
     const std::lock_guard<std::mutex> lock(mutex_);
     return resident_top_;
   }
+
+  // Gives the memory of every free block back to the kernel.
+  void trim() const;
 
   static BlockCache* instance;
   static void release(void* address) { instance->give_back(address); }
@@ -129,7 +134,12 @@ void BlockCache::give_back(void* address) const {
   report(address, -static_cast<std::int64_t>(bytes));  // before another thread can take it
   const std::lock_guard<std::mutex> lock(mutex_);
   arena_.give_back(offset);
-  if (resident_top_ - arena_.top() > kBlockCacheTrimBytes &&
+}
+
+void BlockCache::trim() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [offset, bytes] : arena_.free_ranges()) madvise(base_ + offset, bytes, MADV_DONTNEED);
+  if (resident_top_ > arena_.top() &&
       madvise(base_ + arena_.top(), resident_top_ - arena_.top(), MADV_DONTNEED) == 0) {
     resident_top_ = arena_.top();
   }
@@ -193,6 +203,10 @@ bool install_block_cache() {
 
 bool block_cache_holds(const void* address) {
   return BlockCache::instance != nullptr && BlockCache::instance->holds(address);
+}
+
+void trim_block_cache() {
+  if (BlockCache::instance != nullptr) BlockCache::instance->trim();
 }
 
 std::size_t block_cache_resident_bytes() {

@@ -10,6 +10,7 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/trace.h"
+#include "hpctrain/ddp/block_cache.h"
 #include "hpctrain/train/global_batch.h"
 #include "hpctrain/train/lr_schedule.h"
 #include "hpctrain/train/train_state.h"
@@ -53,6 +54,7 @@ TrainSummary Trainer::run() {
     if (setup_.config.log.tensorboard) metrics_.start_tensorboard(run_dir_.tensorboard_dir(), step_.count(), config_text);
   }
   start_timeline();
+  ddp::trim_block_cache();  // what building and resuming used, the steps may not
   const std::int64_t start_epoch = epoch_;
   const std::int64_t start_cursor = cursor_;
   std::optional<EvalResult> last_eval;

@@ -112,5 +112,17 @@ TEST(BlockCache, ARepeatedStepReusesTheMemoryOfTheFirst) {
   EXPECT_EQ(block_cache_resident_bytes(), after_first);
 }
 
+// Freed blocks stay resident for reuse until a trim gives their memory back.
+TEST(BlockCache, KeepsFreedMemoryUntilTrimmed) {
+  NEED_BLOCK_CACHE();
+  floats(32 << 20);  // made and freed
+  const std::size_t kept = block_cache_resident_bytes();
+  const std::int64_t rss = sys::current_rss_bytes();
+  EXPECT_GE(kept, std::size_t{32} << 20);
+  trim_block_cache();
+  EXPECT_LE(block_cache_resident_bytes() + (std::size_t{32} << 20), kept);
+  EXPECT_LT(sys::current_rss_bytes(), rss - (std::int64_t{16} << 20));
+}
+
 }  // namespace
 }  // namespace hpctrain::ddp

@@ -32,6 +32,8 @@ class BlockArena {
   // Bytes in use, and bytes free below top().
   std::size_t used_bytes() const { return used_bytes_; }
   std::size_t free_bytes() const { return top_ - used_bytes_; }
+  // The free ranges below top(), offset -> bytes.
+  const std::map<std::size_t, std::size_t>& free_ranges() const { return free_; }
 
  private:
   void add_free(std::size_t offset, std::size_t bytes);

@@ -11,8 +11,6 @@ namespace hpctrain::ddp {
 // all while a sys::LargeAllocationsMapped is active, go to libtorch's allocator (malloc).
 constexpr std::size_t kBlockCacheMinBytes = std::size_t{64} << 10;
 constexpr std::size_t kBlockCacheMaxBytes = std::size_t{256} << 20;
-// Free memory at the range's top beyond this goes back to the kernel.
-constexpr std::size_t kBlockCacheTrimBytes = std::size_t{256} << 20;
 
 // Makes the cache libtorch's CPU allocator for the rest of the process, unless
 // HPCTRAIN_BLOCK_CACHE=0 is set, the build has AddressSanitizer (which must see every buffer),
@@ -23,8 +21,12 @@ bool install_block_cache();
 // Whether `address` lies in the cache's range (false when it is not installed).
 bool block_cache_holds(const void* address);
 
+// Gives the memory of every free block back to the kernel: what a run's set-up used and its
+// steps may not. Free blocks otherwise stay resident for reuse. Nothing when not installed.
+void trim_block_cache();
+
 // The bytes of the range that may be resident: up to the highest top its blocks reached since
-// memory above was last given back (0 when it is not installed).
+// the last trim (0 when it is not installed).
 std::size_t block_cache_resident_bytes();
 
 }  // namespace hpctrain::ddp
