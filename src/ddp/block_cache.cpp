@@ -87,7 +87,7 @@ class BlockCache final : public c10::Allocator {
   mutable std::mutex mutex_;
   mutable BlockArena arena_;
   mutable std::size_t writable_ = 0;      // the range's first bytes, made writable
-  mutable std::size_t resident_top_ = 0;  // the arena's highest top since memory above went back
+  mutable std::size_t resident_top_ = 0;  // the arena's highest top since the last trim
 };
 
 BlockCache* BlockCache::instance = nullptr;
