@@ -4,12 +4,15 @@
 # CI has no GPU; run this whenever one is at hand and record the table in docs/benchmarks.md.
 #
 # usage: jobs/bench/gpu-verify.sh [--deps PREFIX] [--fashion-mnist DIR] [--text DIR] [--out DIR]
+#                                 [--only efficiency]
 #   --deps PREFIX        MPI/HDF5/Boost/spdlog/fmt/json/gtest from jobs/bench/pack-deps.sh, for a
 #                        GPU machine without those development files
 #   --fashion-mnist DIR  the four Fashion-MNIST IDX .gz files
 #                        (default /usr/share/datasets/fashion-mnist)
 #   --text DIR           a file or folder of text for the gpt runs (default /usr/share/common-licenses)
 #   --out DIR            build, logs and results (default build/gpu-verify)
+#   --only efficiency    build, the optimizer and step tests, and GPT-2 small's efficiency alone
+#                        (jobs/bench/gpu-efficiency.sh)
 # Needs nvidia-smi, python3 with a CUDA torch, CMake >= 3.22, a C++17 compiler and the CUDA
 # toolkit; NCCL from the toolkit, $NCCL_HOME, or the nvidia-nccl wheel torch depends on.
 #
@@ -23,7 +26,9 @@
 #   scaling, resumed once), `hpctrain generate` from the fp32 gpt on the GPU with and without the
 #   KV cache (the same greedy tokens), a TorchScript module exported by this machine's PyTorch
 #   (tests/support/export_torchscript.py), the same fashion_cnn steps on the CPU for scale, and
-#   the same training in PyTorch eager on the same GPU.
+#   the same training in PyTorch eager on the same GPU; last, GPT-2 small's efficiency
+#   (jobs/bench/gpu-efficiency.sh: whole bf16 steps per tensor, multi-tensor and from a CUDA
+#   graph at batches 8-32, a profile, torch.compile, and the training loop with checkpoints).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -32,16 +37,19 @@ deps=""
 fmnist=/usr/share/datasets/fashion-mnist
 text=/usr/share/common-licenses
 out=build/gpu-verify
+only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --deps) deps=$(realpath "$2"); shift 2 ;;
     --fashion-mnist) fmnist=$(realpath "$2"); shift 2 ;;
     --text) text=$(realpath "$2"); shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --only) only="$2"; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "gpu-verify.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+case "$only" in ""|efficiency) ;; *) echo "gpu-verify.sh: --only takes 'efficiency', got '$only'" >&2; exit 2 ;; esac
 mkdir -p "$out"
 out=$(realpath "$out")
 build="$out/build"
@@ -80,6 +88,29 @@ run_step() {
   tail -n 25 "$out/$name.log"
 }
 
+launch=(mpirun -np 1)
+command -v mpirun >/dev/null || launch=()
+# A GPU of hpctrain's peak table, on which every CUDA run must report an MFU.
+known_gpu() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -qE 'A100|H100|H200|B200'; }
+# steady_rate METRICS [KEY]: the mean of KEY (samples_per_s) over the progress records but the first.
+steady_rate() { python3 -c 'import json,sys
+r=[json.loads(l)[sys.argv[2]] for l in open(sys.argv[1]) if sys.argv[2] in l][1:]
+print(round(sum(r)/len(r)) if r else "none")' "$1" "${2:-samples_per_s}"; }
+last_value() { python3 -c 'import json,sys
+r=[json.loads(l)[sys.argv[2]] for l in open(sys.argv[1]) if sys.argv[2] in l]
+print(r[-1] if r else "none")' "$1" "$2"; }
+
+# The summary table last (a device call returns the end of the output); fails if any check did.
+finish() {
+  echo
+  echo "=== summary ($(head -n 1 "$out/machine.txt"))"
+  cat "$summary"
+  ! grep -qE ' (FAIL|SKIP) ' "$summary"
+  exit $?
+}
+# shellcheck source=jobs/bench/gpu-efficiency.sh
+source jobs/bench/gpu-efficiency.sh
+
 echo "=== machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/machine.txt"
 torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
@@ -112,18 +143,29 @@ keep_going=(-- -k 0)
 [ ${#generator[@]} -eq 0 ] && keep_going=(-- -k)
 run_step build 360 cmake --build "$build" -j "$(nproc)" "${keep_going[@]}"
 record build "$status" "$seconds" "$(grep -c 'error:' "$out/build.log") compile errors"
+# CUDA graphs are the one part compiled against libtorch's CUDA headers only here: if that part
+# fails, the rest is still measured without it.
+if [ "$status" != PASS ] && grep -qE 'cuda_graph\.cpp:[0-9]+:[0-9]+: (fatal )?error' "$out/build.log"; then
+  run_step build_without_graphs 240 bash -c "cmake '$build' -DHPCTRAIN_WITH_CUDA_GRAPHS=OFF >/dev/null &&
+    cmake --build '$build' -j $(nproc) ${keep_going[*]}"
+  record "build without CUDA graphs" "$status" "$seconds" "$(grep -c 'error:' "$out/build_without_graphs.log") compile errors"
+fi
 [ -x "$bin" ] || { cat "$summary"; exit 1; }
 
 run_step version 30 "$bin" --version
 record "hpctrain --version" "$status" "$seconds" "$(grep -m1 libtorch "$out/version.log")"
 
-run_step tests 180 ctest --test-dir "$build" -L 'unit|cli|mpi' -j 8 --timeout 120 --output-on-failure
-record "tests (unit, cli, mpi)" "$status" "$seconds" "$(grep -m1 'tests passed' "$out/tests.log")"
+if [ "$only" = efficiency ]; then
+  run_step tests 120 ctest --test-dir "$build" -R 'MultiTensorAdamW|^Step\.|LanguageModelEndToEnd.BenchStep' -j 8 \
+    --timeout 100 --output-on-failure
+  record "tests (optimizer, step)" "$status" "$seconds" "$(grep -m1 'tests passed' "$out/tests.log")"
+  efficiency_checks
+  finish
+else
+  run_step tests 180 ctest --test-dir "$build" -L 'unit|cli|mpi' -j 8 --timeout 120 --output-on-failure
+  record "tests (unit, cli, mpi)" "$status" "$seconds" "$(grep -m1 'tests passed' "$out/tests.log")"
+fi
 
-launch=(mpirun -np 1)
-command -v mpirun >/dev/null || launch=()
-# A GPU of hpctrain's peak table, on which every CUDA run must report an MFU.
-known_gpu() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -qE 'A100|H100|H200|B200'; }
 # The largest size's row; with one rank nothing moves, so it shows the cost of a call.
 largest() { grep -E '^ +[0-9]+' "$out/$1.log" | tail -n 1 |
             awk '{print $1" B: blocking "$4" us, busbw "$6" GB/s; waited "$8" us; MPI_Allreduce "$11" us"}'; }
@@ -187,10 +229,6 @@ record "train gpu, mpi backend, sync_bn" "$status" "$seconds" "100 steps, $(rate
 # resnet20 on the GPU in fp32, then with bf16 autocast: samples/s after the first progress record
 # (cuDNN picks its algorithms there); the bf16 run also writes background checkpoints taken from
 # CUDA tensors, which must all land.
-# steady_rate METRICS [KEY]: the mean of KEY (samples_per_s) over the progress records but the first.
-steady_rate() { python3 -c 'import json,sys
-r=[json.loads(l)[sys.argv[2]] for l in open(sys.argv[1]) if sys.argv[2] in l][1:]
-print(round(sum(r)/len(r)) if r else "none")' "$1" "${2:-samples_per_s}"; }
 resnet_run=(--model.name=resnet --dist.device=cuda --dist.backend=nccl --train.batch_size=128
             --train.max_steps=600 --log.every_steps=100 --data.eval_split=)
 run_step train_resnet_fp32 60 "${launch[@]}" "$bin" train --config configs/fashion_cnn.ini --data.path="$data" \
@@ -211,9 +249,6 @@ record "prepare text" "$status" "$seconds" "$(grep -o 'train: [0-9]* samples' "$
 last_ppl() { python3 -c 'import json,sys
 r=[json.loads(l)["test_ppl"] for l in open(sys.argv[1]) if "test_ppl" in l]
 print(round(r[-1], 2) if r else "none")' "$1"; }
-last_value() { python3 -c 'import json,sys
-r=[json.loads(l)[sys.argv[2]] for l in open(sys.argv[1]) if sys.argv[2] in l]
-print(r[-1] if r else "none")' "$1" "$2"; }
 gpt_run=(--config configs/text_gpt.ini --data.path="$out/text" --dist.device=cuda --dist.backend=nccl
          --train.batch_size=64 --log.every_steps=50)
 for precision in fp32 bf16 fp16; do
@@ -303,7 +338,5 @@ ref=$(tail -n 1 "$out/torch_reference.log")
 record "pytorch eager reference" "$status" "$seconds" \
   "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(r["samples_per_s_after_warmup"], "samples/s (epochs 2-3), test_acc", r["test_acc"])' "$ref" 2>/dev/null)"
 
-echo
-echo "=== summary ($(head -n 1 "$out/machine.txt"))"
-cat "$summary"
-! grep -qE ' (FAIL|SKIP) ' "$summary"
+efficiency_checks
+finish

@@ -8,10 +8,16 @@
 #include <string>
 #include <vector>
 
+#include <c10/core/Device.h>
+
+#include <optional>
+
 #include "hpctrain/comm/bootstrap.h"
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/timer.h"
+#include "hpctrain/data/split.h"
 #include "hpctrain/model/model.h"
+#include "hpctrain/train/mfu.h"
 
 namespace hpctrain::cli {
 
@@ -30,6 +36,48 @@ BenchModel bench_model(const config::ParsedArgs& parsed);
 // `bench step --zero-stage S` (bench_sharded_step.cpp): whole optimizer steps with `dist.zero_stage`
 // S and the memory they hold.
 int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench);
+
+// bench step's flags for the step itself, checked.
+struct StepOptions {
+  std::int64_t batch = 0;
+  int steps = 0;
+  std::int64_t bucket_mb = 0;
+  bool use_cuda = false;
+  config::Precision precision = config::Precision::kFp32;
+  std::string precision_name;
+  bool tf32 = true;
+};
+StepOptions step_options(const config::ParsedArgs& parsed, const BenchModel& bench);
+
+// `bench step --update` (bench_update_step.cpp): whole optimizer steps with AdamW per tensor, as
+// multi-tensor kernels, and with --cuda-graphs from a CUDA graph, timed in turn.
+int bench_update_step(const config::ParsedArgs& parsed, const BenchModel& bench, const StepOptions& options);
+
+// One micro-batch of random data for this rank, finished as a Source finishes it.
+data::Batch random_batch(const model::ModelSpec& spec, std::int64_t batch, int ranks, c10::Device device);
+
+// Seconds of each of `works` in each of `steps` timed steps (this rank's), after 3 untimed runs
+// of each, timed in turn (bench_step.cpp).
+std::vector<std::vector<double>> time_in_turn(c10::Device device, int steps,
+                                              const std::vector<std::function<void()>>& works);
+
+// The rows of a bench step table: ms, samples/s, tokens/s, model TFLOP/s per device and MFU.
+class StepTable {
+ public:
+  // `flops_per_sample`: trained (3x forward); `peak`: the device's for the precision, if known.
+  StepTable(const model::ModelSpec& spec, std::int64_t batch, int ranks, double flops_per_sample,
+            std::optional<train::PeakFlops> peak);
+  void print_header() const;
+  // `rate`: also the rates (a case that trains); else ms alone.
+  void row(const char* name, double seconds, bool rate) const;
+
+ private:
+  const model::ModelSpec& spec_;
+  std::int64_t batch_;
+  int ranks_;
+  double flops_per_sample_;
+  std::optional<train::PeakFlops> peak_;
+};
 
 int bench_data(const config::ParsedArgs& parsed);
 int bench_comm(const config::ParsedArgs& parsed);

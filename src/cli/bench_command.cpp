@@ -26,7 +26,8 @@ int run_bench(const Args& args) {
        {{"model", true, ""}, {"batch-size", true, ""}, {"steps", true, ""}, {"bucket-mb", true, ""},
         {"device", true, ""}, {"precision", true, ""}, {"tf32", true, ""}, {"layers", true, ""},
         {"heads", true, ""}, {"embd", true, ""}, {"block-size", true, ""}, {"vocab", true, ""},
-        {"zero-stage", true, ""}, {"optimizer", true, ""}}}};
+        {"zero-stage", true, ""}, {"optimizer", true, ""}, {"update", false, ""}, {"cuda-graphs", false, ""},
+        {"profile", true, ""}}}};
   const std::string what = args.empty() ? "" : args.front();
   if (wants_help(args)) {
     if (what == "data" || what.rfind('-', 0) == 0) std::cout << bench_data_usage() << "\n";

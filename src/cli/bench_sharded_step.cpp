@@ -31,22 +31,6 @@ config::Config step_config(const BenchModel& bench, std::int64_t stage, const st
   return config;
 }
 
-// One micro-batch of random data for this rank, finished as a Source finishes it.
-data::Batch random_batch(const model::ModelSpec& spec, std::int64_t batch, int ranks, c10::Device device) {
-  const auto on_device = torch::TensorOptions().device(device);
-  std::vector<std::int64_t> shape{batch};
-  shape.insert(shape.end(), spec.input_shape.begin(), spec.input_shape.end());
-  data::Batch out;
-  out.input = spec.token_ids ? torch::randint(0, spec.num_classes, shape, on_device.dtype(torch::kLong))
-                             : torch::rand(shape, on_device);
-  out.target = torch::randint(0, spec.num_classes, spec.token_ids ? shape : std::vector<std::int64_t>{batch},
-                              on_device.dtype(torch::kLong));
-  out.weight = torch::ones({batch}, on_device);
-  out.real = batch;
-  out.global_real = batch * ranks;
-  return out;
-}
-
 }  // namespace
 
 int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench) {

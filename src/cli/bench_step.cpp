@@ -33,7 +33,8 @@ const char* const kStepUsage =
     "                                          [--steps 20] [--bucket-mb 25] [--device cpu|cuda]\n"
     "                                          [--precision fp32|bf16|fp16] [--tf32 true|false]\n"
     "         gpt only: [--layers 12] [--heads 12] [--embd 768] [--block-size 1024] [--vocab 50257]\n"
-    "         sharding: --zero-stage 0|1|2|3 [--optimizer adamw|sgd]\n\n"
+    "         sharding: --zero-stage 0|1|2|3 [--optimizer adamw|sgd]\n"
+    "         the update: --update [--cuda-graphs] [--profile FILE]\n\n"
     "Times one training step of --model on random data, batch --batch-size per rank (default 64;\n"
     "8 for gpt): classifiers on Fashion-MNIST-shaped samples (1x28x28, 10 classes); gpt, by\n"
     "default GPT-2 small (124 M parameters), on windows of --block-size random tokens. Cases:\n"
@@ -52,10 +53,28 @@ const char* const kStepUsage =
     "reduction, --optimizer, default adamw, and with stages 1 and 2 the all-gather) at\n"
     "dist.zero_stage S, the bytes each rank holds, and the growth of peak RSS over the RSS before\n"
     "the model was built (largest rank): run it once per stage and compare\n"
-    "(jobs/bench/zero.sh alternates them).\n";
+    "(jobs/bench/zero.sh alternates them).\n"
+    "With --update, instead: whole optimizer steps as training takes them (train::Step: forward,\n"
+    "backward, the finiteness check, AdamW), one model per case, timed in turn: AdamW one tensor\n"
+    "at a time (optim.fused=false), as multi-tensor kernels (optim.fused=true) and, with\n"
+    "--cuda-graphs, forward+backward replayed from a CUDA graph (train.cuda_graphs=true).\n"
+    "--profile FILE then writes a trace of 3 multi-tensor steps (Chrome trace-event JSON, from\n"
+    "libtorch's profiler; jobs/bench/profile_summary.py sums it up).\n";
 
-// Seconds of each of `works` in each of `steps` timed steps (this rank's), after 3 untimed runs
-// of each. Several works are timed in turn, step by step, in alternating order (a b, b a, a b,
+double slowest_median(const comm::Bootstrap& bootstrap, const std::vector<double>& seconds) {
+  return slowest_rank(bootstrap, median(seconds));
+}
+
+// Step by step, a - b.
+std::vector<double> differences(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> out;
+  for (size_t i = 0; i < a.size(); ++i) out.push_back(a[i] - b[i]);
+  return out;
+}
+
+}  // namespace
+
+// Several works are timed in turn, step by step, in alternating order (a b, b a, a b,
 // ...), so a machine that speeds up or slows down during the run, and whatever one work leaves
 // behind for the next, touch them alike: their differences and ratios are what is compared.
 std::vector<std::vector<double>> time_in_turn(c10::Device device, int steps,
@@ -79,18 +98,86 @@ std::vector<std::vector<double>> time_in_turn(c10::Device device, int steps,
   return seconds;
 }
 
-double slowest_median(const comm::Bootstrap& bootstrap, const std::vector<double>& seconds) {
-  return slowest_rank(bootstrap, median(seconds));
-}
-
-// Step by step, a - b.
-std::vector<double> differences(const std::vector<double>& a, const std::vector<double>& b) {
-  std::vector<double> out;
-  for (size_t i = 0; i < a.size(); ++i) out.push_back(a[i] - b[i]);
+data::Batch random_batch(const model::ModelSpec& spec, std::int64_t batch, int ranks, c10::Device device) {
+  const auto on_device = torch::TensorOptions().device(device);
+  std::vector<std::int64_t> shape{batch};
+  shape.insert(shape.end(), spec.input_shape.begin(), spec.input_shape.end());
+  data::Batch out;
+  out.input = spec.token_ids ? torch::randint(0, spec.num_classes, shape, on_device.dtype(torch::kLong))
+                             : torch::rand(shape, on_device);
+  out.target = torch::randint(0, spec.num_classes, spec.token_ids ? shape : std::vector<std::int64_t>{batch},
+                              on_device.dtype(torch::kLong));
+  out.weight = torch::ones({batch}, on_device);
+  out.real = batch;
+  out.global_real = batch * ranks;
   return out;
 }
 
-}  // namespace
+StepTable::StepTable(const model::ModelSpec& spec, std::int64_t batch, int ranks, double flops_per_sample,
+                     std::optional<train::PeakFlops> peak)
+    : spec_(spec), batch_(batch), ranks_(ranks), flops_per_sample_(flops_per_sample), peak_(std::move(peak)) {}
+
+void StepTable::print_header() const {
+  if (peak_) std::printf("# MFU against %g TFLOP/s per device (%s)\n", peak_->tflops, peak_->source.c_str());
+  std::printf("%-34s %10s %12s %12s %14s %8s\n", "case", "ms", "samples/s", "tokens/s", "TFLOP/s/device", "MFU");
+}
+
+void StepTable::row(const char* name, double seconds, bool rate) const {
+  if (!rate) {
+    std::printf("%-34s %10.3f %12s %12s %14s %8s\n", name, seconds * 1e3, "-", "-", "-", "-");
+    return;
+  }
+  const double samples_per_s = static_cast<double>(batch_ * ranks_) / seconds;
+  const double tflops = train::model_tflops(static_cast<double>(batch_) / seconds, flops_per_sample_);
+  std::printf("%-34s %10.3f %12.0f", name, seconds * 1e3, samples_per_s);
+  if (spec_.token_ids) {
+    std::printf(" %12.0f", samples_per_s * static_cast<double>(spec_.input_shape[0]));
+  } else {
+    std::printf(" %12s", "-");
+  }
+  std::printf(" %14.4g", tflops);
+  if (peak_) {
+    std::printf(" %7.2f%%\n", 100.0 * train::mfu(tflops, 1, peak_->tflops));
+  } else {
+    std::printf(" %8s\n", "-");
+  }
+}
+
+StepOptions step_options(const config::ParsedArgs& parsed, const BenchModel& bench) {
+  StepOptions o;
+  o.batch = int_flag(parsed, "bench step", "batch-size", std::to_string(bench.default_batch));
+  o.steps = static_cast<int>(int_flag(parsed, "bench step", "steps", "20"));
+  o.bucket_mb = int_flag(parsed, "bench step", "bucket-mb", "25");
+  const std::string device_option = text_flag(parsed, "device", "cpu");
+  o.precision_name = text_flag(parsed, "precision", "fp32");
+  const std::string tf32_option = text_flag(parsed, "tf32", "true");
+  if (o.batch < 1 || o.steps < 1 || o.bucket_mb < 1) {
+    throw ConfigError("bench step: --batch-size, --steps and --bucket-mb must be >= 1");
+  }
+  if (device_option != "cpu" && device_option != "cuda") {
+    throw ConfigError("bench step: --device must be cpu or cuda, got '" + device_option + "'");
+  }
+  if (!config::parse_choice(o.precision_name, o.precision)) {
+    throw ConfigError("bench step: --precision must be fp32, bf16 or fp16, got '" + o.precision_name + "'");
+  }
+  if (tf32_option != "true" && tf32_option != "false") {
+    throw ConfigError("bench step: --tf32 must be true or false, got '" + tf32_option + "'");
+  }
+  o.tf32 = tf32_option == "true";
+  o.use_cuda = device_option == "cuda";
+  if (o.use_cuda && train::visible_gpus() == 0) {
+    throw ConfigError("bench step --device cuda: libtorch sees no GPU (CPU-only libtorch, no GPU, "
+                      "or CUDA_VISIBLE_DEVICES hides them); use --device cpu");
+  }
+  if (o.precision == config::Precision::kFp16 && !o.use_cuda) {
+    throw ConfigError("bench step --precision fp16 needs --device cuda (on the CPU autocast computes in bf16 only)");
+  }
+  comm::validate_backend(config::Backend::kAuto, o.use_cuda);
+  for (const char* flag : {"cuda-graphs", "profile"}) {
+    if (parsed.has(flag) && !parsed.has("update")) throw ConfigError(std::string("bench step: --") + flag + " is for --update");
+  }
+  return o;
+}
 
 std::string text_flag(const config::ParsedArgs& parsed, const std::string& name, const std::string& fallback) {
   return parsed.has(name) ? parsed.flags.at(name) : fallback;
@@ -139,42 +226,22 @@ const char* bench_step_usage() { return kStepUsage; }
 int bench_step(const config::ParsedArgs& parsed) {
   const BenchModel bench = bench_model(parsed);
   if (parsed.has("zero-stage")) return bench_sharded_step(parsed, bench);
+  const StepOptions options = step_options(parsed, bench);
+  if (parsed.has("update")) return bench_update_step(parsed, bench, options);
   const model::ModelSpec& spec = bench.spec;
-  const std::int64_t batch = int_flag(parsed, "bench step", "batch-size", std::to_string(bench.default_batch));
-  const auto steps = static_cast<int>(int_flag(parsed, "bench step", "steps", "20"));
-  const std::int64_t bucket_mb = int_flag(parsed, "bench step", "bucket-mb", "25");
-  const std::string device_option = text_flag(parsed, "device", "cpu");
-  const std::string precision_name = text_flag(parsed, "precision", "fp32");
-  const std::string tf32_option = text_flag(parsed, "tf32", "true");
-  if (batch < 1 || steps < 1 || bucket_mb < 1) {
-    throw ConfigError("bench step: --batch-size, --steps and --bucket-mb must be >= 1");
-  }
-  if (device_option != "cpu" && device_option != "cuda") {
-    throw ConfigError("bench step: --device must be cpu or cuda, got '" + device_option + "'");
-  }
-  config::Precision precision = config::Precision::kFp32;
-  if (!config::parse_choice(precision_name, precision)) {
-    throw ConfigError("bench step: --precision must be fp32, bf16 or fp16, got '" + precision_name + "'");
-  }
-  if (tf32_option != "true" && tf32_option != "false") {
-    throw ConfigError("bench step: --tf32 must be true or false, got '" + tf32_option + "'");
-  }
-  const bool use_cuda = device_option == "cuda";
-  if (use_cuda && train::visible_gpus() == 0) {
-    throw ConfigError("bench step --device cuda: libtorch sees no GPU (CPU-only libtorch, no GPU, "
-                      "or CUDA_VISIBLE_DEVICES hides them); use --device cpu");
-  }
-  if (precision == config::Precision::kFp16 && !use_cuda) {
-    throw ConfigError("bench step --precision fp16 needs --device cuda (on the CPU autocast computes in bf16 only)");
-  }
-  comm::validate_backend(config::Backend::kAuto, use_cuda);
+  const std::int64_t batch = options.batch;
+  const int steps = options.steps;
+  const std::int64_t bucket_mb = options.bucket_mb;
+  const bool use_cuda = options.use_cuda;
+  const config::Precision precision = options.precision;
+  const std::string& precision_name = options.precision_name;
   auto net = model::make_model(bench.config, spec);  // throws for options it cannot use
 
   const Ranks ranks = start_ranks(bench_start(use_cuda, config::Backend::kAuto));
   const auto& bootstrap = ranks.bootstrap;
   const c10::Device device = ranks.device;
   const auto& comm = ranks.comm;
-  const bool tf32 = tf32_option == "true";
+  const bool tf32 = options.tf32;
   train::set_cuda_math(tf32, /*cudnn_benchmark=*/false);
   torch::manual_seed(7 + static_cast<std::uint64_t>(bootstrap->world_rank()));
   net->module().to(device);
@@ -206,17 +273,17 @@ int bench_step(const config::ParsedArgs& parsed) {
   for (const auto& p : parameters) numel += p.numel();
   at::Tensor flat = torch::zeros({numel}, parameters.front().options());
 
-  ddp::GradSyncOptions options;
-  options.bucket_bytes = bucket_mb << 20;
-  options.warn_unused = false;  // "buckets alone" reduces without a backward on purpose
+  ddp::GradSyncOptions sync_options;
+  sync_options.bucket_bytes = bucket_mb << 20;
+  sync_options.warn_unused = false;  // "buckets alone" reduces without a backward on purpose
   double flat_s = 0.0;
   double bucketed_s = 0.0;
   double step_s[2] = {0.0, 0.0};
   double exposed_s[2] = {0.0, 0.0};
   size_t buckets = 0;
   for (const bool overlap : {false, true}) {
-    options.overlap = overlap;
-    ddp::GradSync sync(*comm, parameters, options);
+    sync_options.overlap = overlap;
+    ddp::GradSync sync(*comm, parameters, sync_options);
     buckets = sync.bucket_count();
     if (!overlap) {
       // Timed in turn, the two reductions of the same bytes see the same machine.
@@ -249,28 +316,9 @@ int bench_step(const config::ParsedArgs& parsed) {
                 gpu.empty() ? "" : " ", gpu.c_str(), comm->backend().c_str(), precision_name.c_str(),
                 use_cuda && precision == config::Precision::kFp32 ? (tf32 ? " (TF32)" : " (full float32)") : "",
                 flops_per_sample / 1e9, steps);
-    if (peak) std::printf("# MFU against %g TFLOP/s per device (%s)\n", peak->tflops, peak->source.c_str());
-    std::printf("%-34s %10s %12s %12s %14s %8s\n", "case", "ms", "samples/s", "tokens/s", "TFLOP/s/device", "MFU");
-    const auto row = [&](const char* name, double seconds, bool rate) {
-      if (!rate) {
-        std::printf("%-34s %10.3f %12s %12s %14s %8s\n", name, seconds * ms, "-", "-", "-", "-");
-        return;
-      }
-      const double samples_per_s = batch * comm->size() / seconds;
-      const double tflops = train::model_tflops(batch / seconds, flops_per_sample);
-      std::printf("%-34s %10.3f %12.0f", name, seconds * ms, samples_per_s);
-      if (spec.token_ids) {
-        std::printf(" %12.0f", samples_per_s * static_cast<double>(spec.input_shape[0]));
-      } else {
-        std::printf(" %12s", "-");
-      }
-      std::printf(" %14.4g", tflops);
-      if (peak) {
-        std::printf(" %7.2f%%\n", 100.0 * train::mfu(tflops, 1, peak->tflops));
-      } else {
-        std::printf(" %8s\n", "-");
-      }
-    };
+    const StepTable table(spec, batch, comm->size(), flops_per_sample, peak);
+    table.print_header();
+    const auto row = [&](const char* name, double seconds, bool rate) { table.row(name, seconds, rate); };
     row("forward+backward", compute_s, true);
     row("one allreduce of all gradients", flat_s, false);
     row("GradSync buckets alone", bucketed_s, false);

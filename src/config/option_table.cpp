@@ -359,6 +359,11 @@ std::vector<Option> build_table() {
       row("optim.decay_bias_and_norm", &C::optim, &OptimConfig::decay_bias_and_norm, "true",
           "Apply optim.weight_decay to biases and normalization weights (the one-dimensional "
           "parameters) too; false exempts them, as most transformer recipes do."),
+      row("optim.fused", &C::optim, &OptimConfig::fused, "true",
+          "adamw's update as a few multi-tensor kernels over all parameters (libtorch's fused AdamW "
+          "where it has one for the device, else its _foreach_ operations); false: about ten kernels "
+          "per parameter (torch::optim::AdamW). The same arithmetic up to rounding; the state and "
+          "checkpoints are alike, and a resume may change it."),
       row("optim.clip_grad_norm", &C::optim, &OptimConfig::clip_grad_norm, "0",
           "Clip the gradients' global L2 norm to this value after they are averaged over the "
           "ranks (so every rank clips alike); 0: no clipping.",
@@ -459,6 +464,12 @@ std::vector<Option> build_table() {
           "(torch.backends.cudnn.benchmark): faster steps for convolutional models on a GPU "
           "after a slower first one per shape; results may then differ in the last bits from "
           "run to run. No effect on a CPU."),
+      row("train.cuda_graphs", &C::train, &TrainConfig::cuda_graphs, "false",
+          "On a GPU, capture each micro-batch's forward and backward as a CUDA graph at the second "
+          "step and replay it after: one launch instead of hundreds of kernels. A batch of another "
+          "shape or sample count runs eagerly. Refused for now with more than one rank, "
+          "dist.zero_stage > 0, train.precision=fp16, model.activation_checkpointing and the "
+          "diffusion objective (docs/distributed.md, \"CUDA graphs\")."),
       row("train.objective", &C::train, &TrainConfig::objective, "cross_entropy",
           "What training minimizes: cross_entropy (a classifier's logits against the labels, or a "
           "language model's next tokens), or diffusion (model.name=unet predicts the noise added "

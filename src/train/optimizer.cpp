@@ -5,6 +5,7 @@
 #include <map>
 
 #include "hpctrain/core/error.h"
+#include "hpctrain/train/multi_tensor_adamw.h"
 
 namespace hpctrain::train {
 namespace {
@@ -55,6 +56,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const config::OptimConfig& conf
   if (config.name == config::OptimizerName::kAdamW) {
     const auto options =
         optim::AdamWOptions(config.lr).betas({config.beta1, config.beta2}).eps(config.eps).weight_decay(config.weight_decay);
+    if (config.fused) return std::make_unique<MultiTensorAdamW>(groups(parameters, decayed, options), options);
     return std::make_unique<optim::AdamW>(groups(parameters, decayed, options), options);
   }
   const auto options = optim::SGDOptions(config.lr)

@@ -21,7 +21,7 @@ namespace {
 // starting loss scale, since a resume continues the checkpoint's, what a non-finite step does,
 // the peak MFU is measured against, and the moving average kept beside the weights). The GPU's float32 shortcuts (TF32 rounds the inputs of
 // products to a 10-bit mantissa, about 1e-3 relative; cuDNN's algorithm choice) change results
-// slightly, as resuming on another GPU model does, not what is trained. The weights a run started
+// slightly, as resuming on another GPU model does, not what is trained; so does optim.fused. The weights a run started
 // from (model.init_*) are the checkpoint's by now: a resume takes them from the checkpoint.
 bool free_to_change(const std::string& key) {
   static const std::set<std::string> keys{
@@ -30,7 +30,8 @@ bool free_to_change(const std::string& key) {
       "data.cache_mb",     "data.io",               "dist.timeout_s",     "dist.check_replicas_every",
       "dist.zero_stage",   "train.loss_scale_init", "train.nonfinite",    "train.max_skipped",
       "train.peak_tflops", "train.tf32",            "train.cudnn_benchmark", "train.ema_decay",
-      "model.init_from",   "model.init_names",      "model.init_strict"};
+      "model.init_from",   "model.init_names",      "model.init_strict", "optim.fused",
+      "train.cuda_graphs"};
   return keys.count(key) > 0 || key.rfind("log.", 0) == 0 || key.rfind("ckpt.", 0) == 0;
 }
 

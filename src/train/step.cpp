@@ -18,6 +18,7 @@
 #include "hpctrain/model/flops.h"
 #include "hpctrain/model/autocast.h"
 #include "hpctrain/train/step_loss.h"
+#include "graphed_gradients.h"
 
 namespace hpctrain::train {
 
@@ -80,6 +81,11 @@ Step::Step(std::shared_ptr<model::Model> model, const config::Config& config, co
   if (config_.train.ema_decay > 0) {
     average_.emplace(WeightAverage::of_update(*update_, *model_, config_.train.ema_decay));
   }
+  if (config_.train.cuda_graphs) {
+    const std::string refusal = GraphedGradients::refusal(config_, comm_.size(), device_);
+    if (!refusal.empty()) throw ConfigError("train.cuda_graphs=true: " + refusal + "; set train.cuda_graphs=false");
+    graphs_ = std::make_unique<GraphedGradients>(device_);
+  }
   log_model();
 }
 
@@ -98,7 +104,7 @@ StepResult Step::run(const std::vector<data::Batch>& micro_batches, const StepPl
   // The forward pass updates BatchNorm's running statistics; a skipped step must not, so a NaN
   // in its activations cannot reach them.
   for (size_t b = 0; b < buffers_.size(); ++b) buffers_before_step_[b].copy_(buffers_[b]);
-  update_->zero_grad();
+  zero_grad();
   for (size_t j = 0; j < micro_batches.size(); ++j) {
     forward_backward(micro_batches[j], j + 1 == micro_batches.size(), step_real, result);
   }
@@ -133,6 +139,14 @@ void Step::with_evaluated_weights(const std::function<void()>& use) {
 
 void Step::forward_backward(const data::Batch& batch, bool last_micro_batch, std::int64_t step_real,
                             StepResult& result) {
+  update_->begin_backward(last_micro_batch);
+  // The first step runs eagerly: it counts the FLOPs and makes the libraries' handles.
+  const auto compute = [this](const data::Batch& b, std::int64_t real) { return compute_gradients(b, real); };
+  result.loss_sum += graphs_ && count_ > 0 ? graphs_->run(batch, step_real, compute) : compute(batch, step_real);
+  result.samples += static_cast<double>(batch.real);
+}
+
+at::Tensor Step::compute_gradients(const data::Batch& batch, std::int64_t step_real) {
   Prediction prediction;
   at::Tensor losses;
   {
@@ -143,14 +157,22 @@ void Step::forward_backward(const data::Batch& batch, bool last_micro_batch, std
     }
     losses = objective_->per_sample_loss(prediction);
   }
-  update_->begin_backward(last_micro_batch);
   const at::Tensor loss = step_loss(losses, batch.weight, comm_.size(), step_real);
   {
     const trace::Span span("backward");
     (loss_scaler_ ? loss * loss_scaler_->scale() : loss).backward();
   }
-  result.loss_sum += (losses.detach() * batch.weight).sum();
-  result.samples += static_cast<double>(batch.real);
+  return (losses.detach() * batch.weight).sum();
+}
+
+// A graph accumulates into the gradients it captured, so with one they are zeroed where they are.
+void Step::zero_grad() {
+  if (!graphs_) return update_->zero_grad();
+  std::vector<at::Tensor> gradients;
+  for (const auto& p : model_->module().parameters()) {
+    if (p.grad().defined()) gradients.push_back(p.grad());
+  }
+  if (!gradients.empty()) at::_foreach_zero_(gradients);
 }
 
 // The first forward of this process is counted (model/flops.h) for the metrics' model_tflops and

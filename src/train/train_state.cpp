@@ -5,11 +5,10 @@
 
 #include <map>
 #include <mutex>
-#include <sstream>
-#include <type_traits>
 #include <utility>
 
 #include "hpctrain/core/error.h"
+#include "optimizer_state_key.h"
 
 namespace hpctrain::train {
 namespace {
@@ -24,20 +23,6 @@ std::vector<at::Tensor> parameters_of(const optim::Optimizer& optimizer) {
   return out;
 }
 
-// The optimizer's key for a parameter's state: the TensorImpl's address, printed in libtorch 1.x,
-// the pointer itself in 2.x.
-template <typename Map>
-typename Map::key_type state_key(const Map&, const at::Tensor& parameter) {
-  using Key = typename Map::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream text;
-    text << parameter.unsafeGetTensorImpl();
-    return text.str();
-  } else {
-    return static_cast<Key>(parameter.unsafeGetTensorImpl());
-  }
-}
-
 at::Tensor step_tensor(std::int64_t step) { return at::full({}, step, at::kLong); }
 
 }  // namespace
@@ -48,7 +33,7 @@ ckpt::NamedTensors optimizer_state(optim::Optimizer& optimizer, const std::vecto
   auto& states = optimizer.state();
   ckpt::NamedTensors out;
   for (size_t i = 0; i < parameters.size(); ++i) {
-    const auto found = states.find(state_key(states, parameters[i]));
+    const auto found = states.find(optimizer_state_key(states, parameters[i]));
     if (found == states.end()) continue;
     const std::string& name = names[i];
     if (auto* adamw = dynamic_cast<optim::AdamWParamState*>(found->second.get())) {
@@ -100,7 +85,7 @@ void load_optimizer_state(optim::Optimizer& optimizer, const std::vector<std::st
     };
     if (adamw) {
       if (state.count("step") == 0) throw CheckpointError("optimizer state of " + parameter + " has no step");
-      const auto key = state_key(states, target);
+      const auto key = optimizer_state_key(states, target);
       std::unique_ptr<optim::OptimizerParamState>& kept = made_ahead[key];
       auto* restored = dynamic_cast<optim::AdamWParamState*>(kept.get());
       // State made ahead (two flat buffers, kept out of the heap) keeps its memory: a resumed run
@@ -121,7 +106,7 @@ void load_optimizer_state(optim::Optimizer& optimizer, const std::vector<std::st
     } else {
       auto restored = std::make_unique<optim::SGDParamState>();
       restored->momentum_buffer(on_device("momentum_buffer"));
-      states[state_key(states, target)] = std::move(restored);
+      states[optimizer_state_key(states, target)] = std::move(restored);
     }
   }
 }
@@ -146,7 +131,7 @@ void allocate_optimizer_state(optim::Optimizer& optimizer,
     state->step(0);
     state->exp_avg(averages.narrow(0, offset, p.numel()).view(p.sizes()));
     state->exp_avg_sq(squares.narrow(0, offset, p.numel()).view(p.sizes()));
-    states[state_key(states, p)] = std::move(state);
+    states[optimizer_state_key(states, p)] = std::move(state);
     offset += p.numel();
   }
 }

@@ -139,6 +139,8 @@ TEST(Cli, BenchArgumentErrorsAreOneLineWithExitCode2) {
         {"bench step --precision fp8", "--precision must be fp32, bf16 or fp16"},
         {"bench step --precision fp16", "--precision fp16 needs --device cuda"},
         {"bench step --tf32 yes", "--tf32 must be true or false"},
+        {"bench step --cuda-graphs", "--cuda-graphs is for --update"},
+        {"bench step --update --cuda-graphs", "--cuda-graphs needs --device cuda"},
         {"bench comm --min-bytes 1KiB --max-bytes 512", "--min-bytes <= --max-bytes"},
         {"bench data --layers 4", "unknown option '--layers'"},  // bench step's, not bench data's
         {"bench data --data /nowhere --data-io direct", "--data-io must be mmap or posix"},

@@ -154,6 +154,32 @@ TEST_F(LanguageModelEndToEnd, BenchStepTimesTheGptThatThePyTorchStepBuilds) {
   EXPECT_GT(reference["forward_backward_ms"].get<double>(), 0) << theirs.out;
 }
 
+// `bench step --update` times whole optimizer steps of the same gpt with AdamW per tensor and
+// multi-tensor, each row with the FLOPs training counts; torch_step.py --update is its PyTorch side.
+TEST_F(LanguageModelEndToEnd, BenchStepUpdateTimesWholeStepsBothWays) {
+  const std::string sizes = " --layers 2 --heads 2 --embd 32 --block-size 16 --vocab 64 --batch-size 2 --steps 2";
+  const ProcessResult ours = run_command(kBin + " bench step --model gpt --update" + sizes);
+  ASSERT_EQ(ours.exit_code, 0) << ours.err;
+  EXPECT_NE(ours.out.find("# 0.002753 GFLOP per sample trained"), std::string::npos) << ours.out;
+  for (const std::string name : {"step, AdamW per tensor", "step, AdamW multi-tensor"}) {
+    const size_t at = ours.out.find("\n" + name);
+    ASSERT_NE(at, std::string::npos) << name << ": " << ours.out;
+    std::istringstream row(ours.out.substr(at + 1 + name.size()));
+    double ms = 0, samples = 0, tokens = 0, tflops = 0;
+    ASSERT_TRUE(row >> ms >> samples >> tokens >> tflops) << ours.out;
+    EXPECT_NEAR(samples, 2 / (ms / 1e3), 0.01 * samples + 1) << name;
+    EXPECT_NEAR(tflops, samples * 2752512 / 1e12, 0.01 * tflops) << name;
+  }
+  EXPECT_NE(ours.out.find("multi-tensor / per tensor speed: "), std::string::npos) << ours.out;
+  EXPECT_EQ(ours.out.find("CUDA graph"), std::string::npos) << "no graphs without --cuda-graphs: " << ours.out;
+
+  const ProcessResult theirs =
+      run_command("/usr/bin/python3 " + kSource + "/jobs/bench/torch_step.py --device cpu --update" + sizes);
+  ASSERT_EQ(theirs.exit_code, 0) << theirs.err;
+  const json reference = json::parse(theirs.out);
+  EXPECT_GT(reference["step_ms"].get<double>(), 0) << theirs.out;
+}
+
 TEST_F(LanguageModelEndToEnd, StoppedAndResumedEqualsUninterruptedAndContinuesOnThreeRanks) {
   const ProcessResult whole = run_command(train(2, "whole", "--train.max_steps=24 --data.eval_split="));
   ASSERT_EQ(whole.exit_code, 0) << whole.err;

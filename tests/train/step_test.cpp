@@ -5,6 +5,7 @@
 #include "hpctrain/train/step.h"
 
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -14,6 +15,9 @@
 
 #include "fake_communicator.h"
 #include "hpctrain/config/parser.h"
+#include "hpctrain/core/error.h"
+#include "hpctrain/train/cuda_graph.h"
+#include "train/graphed_gradients.h"
 
 namespace hpctrain::train {
 namespace {
@@ -147,6 +151,73 @@ TEST(Step, WithNonfiniteAbortNothingIsAppliedOrCounted) {
     EXPECT_EQ(step.count(), 0);
     EXPECT_EQ(step.skipped().total(), 0) << "the checkpoint keeps the last good state's counts";
   });
+}
+
+}  // namespace
+}  // namespace hpctrain::train
+
+namespace hpctrain::train {
+namespace {
+
+TEST(Step, CudaGraphsAreRefusedWhereTheyCannotRunWithTheReason) {
+  const auto reason = [](const std::map<std::string, std::string>& extra, int world, c10::Device device) {
+    return GraphedGradients::refusal(step_config(extra), world, device);
+  };
+  if (!CapturedWork::available()) {
+    EXPECT_NE(reason({}, 1, torch::kCUDA).find("built without CUDA graphs"), std::string::npos);
+  } else {
+    EXPECT_EQ(reason({}, 1, torch::kCUDA), "");
+    EXPECT_NE(reason({}, 1, torch::kCPU).find("need a GPU"), std::string::npos);
+    EXPECT_NE(reason({}, 2, torch::kCUDA).find("one rank"), std::string::npos);
+    EXPECT_NE(reason({{"dist.zero_stage", "1"}}, 1, torch::kCUDA).find("dist.zero_stage"), std::string::npos);
+    EXPECT_NE(reason({{"train.precision", "fp16"}}, 1, torch::kCUDA).find("fp16"), std::string::npos);
+  }
+  // Step says which option to change.
+  FakeWorld one(1);
+  const config::Config config = step_config({{"train.cuda_graphs", "true"}});
+  run_ranks(one, [&](FakeCommunicator& comm) {
+    try {
+      Step step(fresh_model(config), config, comm, torch::kCPU);
+      ADD_FAILURE() << "train.cuda_graphs=true on the CPU was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("set train.cuda_graphs=false"), std::string::npos) << e.what();
+    }
+  });
+}
+
+// On a GPU, steps whose forward and backward replay a CUDA graph train exactly as eager steps do,
+// and a micro-batch of another size runs eagerly beside them.
+TEST(Step, CudaGraphStepsTrainAsEagerStepsDo) {
+  if (!CapturedWork::available() || !torch::cuda::is_available()) GTEST_SKIP() << "no CUDA graphs or no GPU here";
+  const c10::Device gpu(c10::kCUDA, 0);
+  const auto train = [&](bool graphs) {
+    const config::Config config = step_config({{"train.cuda_graphs", graphs ? "true" : "false"},
+                                               {"dist.device", "cuda"}});
+    auto model = fresh_model(config);
+    std::vector<StepResult> results;
+    FakeWorld one(1);
+    run_ranks(one, [&](FakeCommunicator& comm) {
+      Step step(model, config, comm, gpu);
+      torch::manual_seed(5);
+      for (int s = 0; s < 6; ++s) {
+        const std::int64_t rows = s == 4 ? 5 : 8;  // step 5 has a batch of another size
+        data::Batch batch = share(torch::randn({rows, 6}), torch::randint(0, 4, {rows}, torch::kLong), rows, 0, rows);
+        batch.input = batch.input.to(gpu);
+        batch.target = batch.target.to(gpu);
+        batch.weight = batch.weight.to(gpu);
+        results.push_back(step.run({batch}, {0.01, true}));
+      }
+    });
+    return std::make_pair(parameters_of(*model), results);
+  };
+  const auto [eager, eager_results] = train(false);
+  const auto [graphed, graphed_results] = train(true);
+  for (size_t s = 0; s < eager_results.size(); ++s) {
+    EXPECT_NEAR(graphed_results[s].loss_sum.item<double>(), eager_results[s].loss_sum.item<double>(), 1e-5) << s;
+  }
+  for (size_t i = 0; i < eager.size(); ++i) {
+    EXPECT_TRUE(at::allclose(graphed[i].cpu(), eager[i].cpu(), 1e-5, 1e-6)) << "parameter " << i;
+  }
 }
 
 }  // namespace

@@ -149,6 +149,7 @@ struct OptimConfig {
   double eps = 0.0;
   bool nesterov = false;           // sgd
   bool decay_bias_and_norm = true;  // weight decay on one-dimensional parameters too
+  bool fused = true;               // adamw: multi-tensor kernels (train/multi_tensor_adamw.h)
   double clip_grad_norm = 0.0;     // 0: no clipping
   LrScaling lr_scaling = LrScaling::kNone;  // relative to base_batch
   std::int64_t base_batch = 0;     // the global batch optim.lr was tuned for
@@ -180,6 +181,7 @@ struct TrainConfig {
   double peak_tflops = 0.0;  // one device's peak, for MFU; 0: a known GPU's, or none
   bool tf32 = true;              // CUDA float32 products and convolutions on TF32 tensor cores
   bool cudnn_benchmark = false;  // cuDNN picks convolution algorithms by timing them
+  bool cuda_graphs = false;      // forward+backward replayed from a CUDA graph (train/graphed_gradients.h)
   bool shuffle = true;
   bool drop_last = false;
 };

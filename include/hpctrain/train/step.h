@@ -34,6 +34,8 @@ class Communicator;
 
 namespace hpctrain::train {
 
+class GraphedGradients;
+
 // What the loop tells a step.
 struct StepPlan {
   double lr = 0.0;              // the schedule's learning rate for this step
@@ -91,6 +93,9 @@ class Step {
  private:
   void forward_backward(const data::Batch& batch, bool last_micro_batch, std::int64_t step_real,
                         StepResult& result);
+  // The micro-batch's forward and backward; returns its weighted loss sum.
+  at::Tensor compute_gradients(const data::Batch& batch, std::int64_t step_real);
+  void zero_grad();
   Prediction predict(const data::Batch& batch);
   void check_replicas();
   void log_model() const;
@@ -105,6 +110,7 @@ class Step {
   std::unique_ptr<GradientUpdate> update_;
   std::optional<LossScaler> loss_scaler_;
   std::optional<WeightAverage> average_;
+  std::unique_ptr<GraphedGradients> graphs_;  // train.cuda_graphs
   SkippedSteps skipped_;
   std::int64_t count_ = 0;
   bool flops_counted_ = false;

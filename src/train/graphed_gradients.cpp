@@ -1,0 +1,85 @@
+// Note [CUDA graphs]: a GPT-2-small micro-batch launches about a thousand kernels in its forward
+// and backward, many of them short; between them the GPU waits for the host. A CUDA graph
+// records the launches once and replays them as one. What a replay reads and writes must stay at
+// the addresses of the capture, so the graph reads a batch of its own (each micro-batch is
+// copied into it), writes its loss into a tensor of its own, and accumulates into the gradients
+// in place (Step zeroes them in place instead of dropping them). The update stays outside: with
+// optim.fused it is a few launches, and the learning rate, the finiteness check, clipping and
+// the step count stay the host's, as in an eager step. Capture happens at the second step, after
+// the first has counted the FLOPs and made the libraries' handles; it follows one real run of
+// the micro-batch, which is that micro-batch's work (the capture itself computes nothing).
+#include "graphed_gradients.h"
+
+#include <torch/torch.h>
+
+#include "hpctrain/core/log.h"
+
+namespace hpctrain::train {
+
+std::string GraphedGradients::refusal(const config::Config& config, int world, c10::Device device) {
+  if (!CapturedWork::available()) {
+    return "this hpctrain was built without CUDA graphs (a CPU libtorch, or -DHPCTRAIN_WITH_CUDA_GRAPHS=OFF)";
+  }
+  if (!device.is_cuda()) return "CUDA graphs need a GPU (dist.device=cuda)";
+  if (world > 1) {
+    return "it runs on one rank so far: GradSync's reduction during backward is not captured yet";
+  }
+  if (config.dist.zero_stage > 0) return "it does not work with dist.zero_stage > 0 yet";
+  if (config.train.precision == config::Precision::kFp16) {
+    return "fp16's loss scale changes between steps, and a graph would keep the first";
+  }
+  if (config.model.activation_checkpointing) {
+    return "model.activation_checkpointing saves and restores random-generator states on the host";
+  }
+  if (config.train.objective == config::Objective::kDiffusion) {
+    return "the diffusion objective draws its noise per sample on the host";
+  }
+  return "";
+}
+
+bool GraphedGradients::fits(const data::Batch& batch, std::int64_t step_real) const {
+  const auto same = [](const at::Tensor& a, const at::Tensor& b) {
+    return a.defined() == b.defined() &&
+           (!a.defined() || (a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && a.device() == b.device()));
+  };
+  return step_real == step_real_ && same(batch.input, static_batch_.input) &&
+         same(batch.target, static_batch_.target) && same(batch.weight, static_batch_.weight);
+}
+
+void GraphedGradients::capture(const data::Batch& batch, std::int64_t step_real, const Compute& compute) {
+  static_batch_ = batch;
+  static_batch_.input = batch.input.clone();
+  static_batch_.target = batch.target.clone();
+  if (batch.weight.defined()) static_batch_.weight = batch.weight.clone();
+  step_real_ = step_real;
+  compute_ = compute;
+  loss_sum_ = torch::zeros({}, torch::dtype(torch::kFloat64).device(device_));
+  graph_ = std::make_unique<CapturedWork>(
+      device_, [this] { loss_sum_.copy_(compute_(static_batch_, step_real_)); }, /*warmup=*/1);
+  log::info("train.cuda_graphs: captured a micro-batch's forward and backward ({} samples of shape {}); "
+            "replayed from now on",
+            batch.input.size(0), c10::str(batch.input.sizes()));
+}
+
+at::Tensor GraphedGradients::run(const data::Batch& batch, std::int64_t step_real, const Compute& compute) {
+  if (graph_ && fits(batch, step_real)) {
+    static_batch_.input.copy_(batch.input, /*non_blocking=*/true);
+    static_batch_.target.copy_(batch.target, /*non_blocking=*/true);
+    if (batch.weight.defined()) static_batch_.weight.copy_(batch.weight, /*non_blocking=*/true);
+    graph_->replay();
+    return loss_sum_.clone();
+  }
+  if (!graph_) {
+    capture(batch, step_real, compute);
+    return loss_sum_.clone();
+  }
+  if (!told_eager_) {
+    told_eager_ = true;
+    log::info("train.cuda_graphs: a micro-batch of shape {} ({} real samples in the step) does not fit the "
+              "graph; such micro-batches run eagerly",
+              c10::str(batch.input.sizes()), step_real);
+  }
+  return compute(batch, step_real);
+}
+
+}  // namespace hpctrain::train

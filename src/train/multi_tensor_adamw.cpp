@@ -1,0 +1,115 @@
+#include "hpctrain/train/multi_tensor_adamw.h"
+
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "optimizer_state_key.h"
+
+#define HT_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace hpctrain::train {
+namespace {
+
+namespace optim = torch::optim;
+
+// What AdamW::step does at a parameter's first step: step 0, zero moments.
+template <typename States>
+optim::AdamWParamState& state_of(States& states, const at::Tensor& p) {
+  auto& slot = states[optimizer_state_key(states, p)];
+  if (!slot) {
+    auto made = std::make_unique<optim::AdamWParamState>();
+    made->step(0);
+    made->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
+    made->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+    slot = std::move(made);
+  }
+  return static_cast<optim::AdamWParamState&>(*slot);
+}
+
+}  // namespace
+
+MultiTensorKernel MultiTensorAdamW::kernel_for(const c10::Device& device) {
+#if HT_TORCH_AT_LEAST(2, 4)
+  (void)device;
+  return MultiTensorKernel::kFused;
+#elif HT_TORCH_AT_LEAST(2, 1)
+  return device.is_cuda() ? MultiTensorKernel::kFused : MultiTensorKernel::kForeach;
+#else
+  (void)device;
+  return MultiTensorKernel::kForeach;
+#endif
+}
+
+std::vector<MultiTensorAdamW::Batch> MultiTensorAdamW::batches_of(optim::OptimizerParamGroup& group) {
+  std::map<std::tuple<std::string, int, std::int64_t>, Batch> by_kind;
+  for (const at::Tensor& p : group.params()) {
+    if (!p.grad().defined()) continue;
+    optim::AdamWParamState& held = state_of(state(), p);
+    held.step(held.step() + 1);
+    Batch& batch = by_kind[{p.device().str(), static_cast<int>(p.scalar_type()), held.step()}];
+    batch.step = held.step();
+    batch.params.push_back(p);
+    batch.grads.push_back(p.grad());
+    batch.exp_avgs.push_back(held.exp_avg());
+    batch.exp_avg_sqs.push_back(held.exp_avg_sq());
+  }
+  std::vector<Batch> out;
+  for (auto& entry : by_kind) out.push_back(std::move(entry.second));
+  return out;
+}
+
+void MultiTensorAdamW::update(Batch& batch, const optim::AdamWOptions& options) const {
+  const double lr = options.lr();
+  const auto [beta1, beta2] = options.betas();
+  const MultiTensorKernel kernel = forced_set_ ? forced_ : kernel_for(batch.params.front().device());
+#if HT_TORCH_AT_LEAST(2, 1)
+  if (kernel == MultiTensorKernel::kFused) {
+    // The kernel reads each parameter's step count from a tensor on its device; one shared by all.
+    const at::Tensor step = at::full({}, static_cast<double>(batch.step),
+                                     batch.params.front().options().dtype(at::kFloat));
+    const std::vector<at::Tensor> steps(batch.params.size(), step);
+    at::_fused_adamw_(batch.params, batch.grads, batch.exp_avgs, batch.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps,
+                      lr, beta1, beta2, options.weight_decay(), options.eps(), /*amsgrad=*/false,
+                      /*maximize=*/false);
+    return;
+  }
+#else
+  (void)kernel;
+#endif
+  // torch::optim::AdamW's arithmetic, tensor list by tensor list.
+  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(batch.step));
+  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(batch.step));
+  if (options.weight_decay() != 0) at::_foreach_mul_(batch.params, 1 - lr * options.weight_decay());
+  at::_foreach_mul_(batch.exp_avgs, beta1);
+  at::_foreach_add_(batch.exp_avgs, batch.grads, 1 - beta1);
+  at::_foreach_mul_(batch.exp_avg_sqs, beta2);
+  at::_foreach_addcmul_(batch.exp_avg_sqs, batch.grads, batch.grads, 1 - beta2);
+  std::vector<at::Tensor> denominators = at::_foreach_sqrt(batch.exp_avg_sqs);
+  at::_foreach_div_(denominators, std::sqrt(bias_correction2));
+  at::_foreach_add_(denominators, options.eps());
+  at::_foreach_addcdiv_(batch.params, batch.exp_avgs, denominators, -lr / bias_correction1);
+}
+
+at::Tensor MultiTensorAdamW::step(LossClosure closure) {
+  for (auto& group : param_groups()) {
+    if (static_cast<const optim::AdamWOptions&>(group.options()).amsgrad()) return optim::AdamW::step(closure);
+  }
+  c10::NoGradGuard no_grad;
+  at::Tensor loss;
+  if (closure) {
+    c10::AutoGradMode enabled(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups()) {
+    const auto& options = static_cast<const optim::AdamWOptions&>(group.options());
+    for (Batch& batch : batches_of(group)) update(batch, options);
+  }
+  return loss;
+}
+
+}  // namespace hpctrain::train
