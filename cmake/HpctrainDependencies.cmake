@@ -31,12 +31,27 @@ find_package(PNG REQUIRED)  # hpctrain sample's images
 # TensorBoard's event files (src/train/tfevents.proto) need protobuf and protoc; a build without
 # them (a GPU machine with only a pip torch) writes no event files and says so at run time.
 find_package(Protobuf QUIET)
-if(Protobuf_FOUND AND Protobuf_PROTOC_EXECUTABLE)
+# A pip libtorch carries protobuf headers of its own among its include directories, which come
+# first: code that the system's protoc generates does not compile against them.
+set(_torch_protobuf OFF)
+foreach(_dir ${TORCH_INCLUDE_DIRS})
+  get_filename_component(_dir "${_dir}" REALPATH)
+  get_filename_component(_protobuf_dir "${Protobuf_INCLUDE_DIR}" REALPATH)
+  if(EXISTS "${_dir}/google/protobuf/message_lite.h" AND NOT _dir STREQUAL _protobuf_dir)
+    set(_torch_protobuf ON)
+  endif()
+endforeach()
+if(_torch_protobuf)
+  message(STATUS "TensorBoard event files: OFF (libtorch's include directory carries protobuf headers of its own)")
+  set(HPCTRAIN_HAVE_TENSORBOARD OFF)
+elseif(Protobuf_FOUND AND Protobuf_PROTOC_EXECUTABLE)
   set(HPCTRAIN_HAVE_TENSORBOARD ON)
 else()
   set(HPCTRAIN_HAVE_TENSORBOARD OFF)
 endif()
-message(STATUS "TensorBoard event files: ${HPCTRAIN_HAVE_TENSORBOARD} (protobuf and protoc)")
+if(NOT _torch_protobuf)
+  message(STATUS "TensorBoard event files: ${HPCTRAIN_HAVE_TENSORBOARD} (protobuf and protoc)")
+endif()
 
 # Torch's exported target carries -D_GLIBCXX_USE_CXX11_ABI and its include dirs; wrap it so the
 # include dirs are SYSTEM (libtorch headers are not -Wall -Wextra clean).

@@ -17,16 +17,25 @@ print(json.loads(lines[-1])[sys.argv[2]] if lines else "none")' "$1" "$2" 2>/dev
 # "ms tokens/s" of the multi-tensor row or the CUDA-graph row, for ratios.
 row_field() { bench_row "$1" "$2" | awk -v f="$3" '{print $f}'; }
 
+# The cases, in order, from GPU_EFFICIENCY_CASES (default: all of them; a shorter lease runs a
+# few): b8 (with a profile), b16 and b32 (bench step --update at that batch), eager and compile
+# (torch_step.py --update at batch 8), loop (the training loop three ways against bench step) and
+# loop-async (the loop with background checkpoints alone).
 efficiency_checks() {
   rm -rf "$out"/run-gpt2-* "$out/text-gpt2"  # a run directory left from an earlier call would be resumed
-  update_case 8
-  run_step profile_summary 30 python3 jobs/bench/profile_summary.py "$out/profile_b8.json" --steps 3
-  record "profile gpt2 bf16 b8" "$status" "$seconds" "$(grep -m1 'GPU span' "$out/profile_summary.log" | tr -s ' ')"
-  torch_case eager
-  update_case 16
-  update_case 32
-  loop_cases
-  torch_case compile
+  local case
+  for case in ${GPU_EFFICIENCY_CASES:-b8 eager b16 b32 loop compile}; do
+    case "$case" in
+      b8) update_case 8
+          run_step profile_summary 30 python3 jobs/bench/profile_summary.py "$out/profile_b8.json" --steps 3
+          record "profile gpt2 bf16 b8" "$status" "$seconds" "$(grep -m1 'GPU span' "$out/profile_summary.log" | tr -s ' ')" ;;
+      b16|b32) update_case "${case#b}" ;;
+      eager|compile) torch_case "$case" ;;
+      loop) loop_cases async sync graphs ;;
+      loop-async) loop_cases async ;;
+      *) record "case $case" FAIL 0 "unknown (GPU_EFFICIENCY_CASES)" ;;
+    esac
+  done
   local ours_graph ours_fused eager compiled
   ours_graph=$(row_field update_b8 "step, multi-tensor + CUDA graph" 3)
   ours_fused=$(row_field update_b8 "step, AdamW multi-tensor" 3)
@@ -66,12 +75,13 @@ torch_case() {
     "$(torch_field "$out/torch_update_$mode.log" step_ms) ms, $(torch_field "$out/torch_update_$mode.log" tokens_per_s) tokens/s"
 }
 
-# The training loop on token shards (byte-level, vocabulary 256) against bench step --update of
-# the same network; checkpoints every 50 steps, in the background and then not.
+# The training loop on token shards (byte-level, vocabulary 256) with a checkpoint every 50
+# steps, each way in "$@": async (in the background), sync (training waits for the write), graphs
+# (async with train.cuda_graphs); with all three, also against bench step --update of the same
+# network.
 loop_cases() {
   local gpt2=(bench step --model gpt --device cuda --precision bf16 --update)
   run_step prepare_text_gpt2 60 "$bin" prepare text --source "$text" --out "$out/text-gpt2"
-  run_step update_v256 90 "${launch[@]}" "$bin" "${gpt2[@]}" --cuda-graphs --batch-size 8 --steps 40 --vocab 256
   local loop=(train --config configs/text_gpt.ini --data.path="$out/text-gpt2" --data.eval_split= --dist.device=cuda
               --dist.backend=nccl --model.gpt_layers=12 --model.gpt_heads=12 --model.gpt_embd=768
               --model.gpt_block_size=1024 --model.dropout=0 --optim.clip_grad_norm=0 --optim.weight_decay=0.0001
@@ -79,7 +89,7 @@ loop_cases() {
               --train.batch_size=8 --train.precision=bf16 --train.max_steps=150 --log.every_steps=25
               --ckpt.every_steps=50)
   local how
-  for how in async sync graphs; do
+  for how in "$@"; do
     local extra=(--ckpt.async=true)
     [ "$how" = sync ] && extra=(--ckpt.async=false)
     [ "$how" = graphs ] && extra=(--ckpt.async=true --train.cuda_graphs=true)
@@ -91,6 +101,8 @@ loop_cases() {
     record "train gpt2 b8 $how ckpt" "$status" "$seconds" \
       "$rate tokens/s, data_ms $(last_value "$out/run-gpt2-$how/metrics.jsonl" data_ms), MFU $(last_value "$out/run-gpt2-$how/metrics.jsonl" mfu); checkpoint waits: $waited"
   done
+  [ $# -eq 3 ] || return 0
+  run_step update_v256 90 "${launch[@]}" "$bin" "${gpt2[@]}" --cuda-graphs --batch-size 8 --steps 40 --vocab 256
   record "loop against bench step" PASS 0 "$(python3 -c 'import sys
 a, s, g, bf, bg = (float(x) if x not in ("", "none") else float("nan") for x in sys.argv[1:])
 print(f"async {a/bf:.3f}x, sync {s/bf:.3f}x of multi-tensor; graphs {g/bg:.3f}x of the CUDA-graph row")' \

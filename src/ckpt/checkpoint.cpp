@@ -1,6 +1,7 @@
 #include "hpctrain/ckpt/checkpoint.h"
 
 #include <ATen/ATen.h>
+#include <torch/cuda.h>
 #include <c10/core/GradMode.h>
 #include <unistd.h>
 
@@ -134,19 +135,36 @@ auto as_checkpoint_error(F&& body) {
 
 }  // namespace
 
-Checkpoint host_copy(const Checkpoint& checkpoint) {
-  const auto on_host = [](const at::Tensor& tensor) {
+at::Tensor HostStaging::staged(const std::string& key, const at::Tensor& tensor) {
+  if (!tensor.is_cuda()) {  // a fresh copy, freed after its write, as the host's memory is what is short
     return tensor.detach().to(tensor.options().device(at::kCPU), /*non_blocking=*/false, /*copy=*/true,
                               at::MemoryFormat::Contiguous);
-  };
+  }
+  at::Tensor& buffer = buffers_[key];
+  if (!buffer.defined() || buffer.sizes() != tensor.sizes() || buffer.scalar_type() != tensor.scalar_type()) {
+    buffer = at::empty(tensor.sizes(), tensor.options().device(at::kCPU).pinned_memory(true));
+  }
+  buffer.copy_(tensor.detach(), /*non_blocking=*/true);
+  return buffer;
+}
+
+Checkpoint HostStaging::copy(const Checkpoint& checkpoint) {
+  bool from_gpu = false;
   Checkpoint copy{checkpoint.meta, {}, checkpoint.slices};
   for (const auto& [group, tensors] : checkpoint.groups) {
     NamedTensors& to = copy.groups[group];
-    for (const auto& [name, tensor] : tensors) to.emplace_back(name, on_host(tensor));
+    for (const auto& [name, tensor] : tensors) {
+      from_gpu = from_gpu || tensor.is_cuda();
+      to.emplace_back(name, staged(group + "/" + name, tensor));
+    }
   }
   for (auto& [group, slices] : copy.slices) {
-    for (TensorSlice& slice : slices) slice.data = on_host(slice.data);
+    for (size_t i = 0; i < slices.size(); ++i) {
+      from_gpu = from_gpu || slices[i].data.is_cuda();
+      slices[i].data = staged(group + "#" + std::to_string(i), slices[i].data);
+    }
   }
+  if (from_gpu) torch::cuda::synchronize();  // the copies above were queued, not waited for
   return copy;
 }
 

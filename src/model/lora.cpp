@@ -172,6 +172,13 @@ at::Tensor base_linear(const at::Tensor& x, const at::Tensor& weight, const at::
   return torch::linear(x.to(dtype), weight, bias.defined() ? bias.to(dtype) : bias).to(x.scalar_type());
 }
 
+at::Tensor padded_rows_linear(const at::Tensor& x, const at::Tensor& weight, std::int64_t multiple) {
+  const std::int64_t rows = weight.size(0);
+  const std::int64_t padded = (rows + multiple - 1) / multiple * multiple;
+  if (padded == rows) return base_linear(x, weight);
+  return base_linear(x, at::constant_pad_nd(weight, {0, 0, 0, padded - rows})).narrow(-1, 0, rows);
+}
+
 at::Tensor adapted(torch::nn::Linear& layer, const std::unique_ptr<LoraAdapter>& adapter, const at::Tensor& x) {
   at::Tensor y = base_linear(x, layer->weight, layer->bias);
   return adapter ? y + (*adapter)(x) : y;

@@ -41,6 +41,11 @@ class LoraAdapter {
 // x W^T + b in the weight's dtype (a bf16 base's too), the result in x's dtype.
 at::Tensor base_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
 
+// base_linear(x, weight) without a bias, with the weight's rows padded with zeros to a multiple of
+// `multiple` for the product and the padding's columns left out of the result (a view): the same
+// values, from a product whose dimensions are aligned (Note [Padded vocabulary] in gpt.cpp).
+at::Tensor padded_rows_linear(const at::Tensor& x, const at::Tensor& weight, std::int64_t multiple);
+
 // `layer(x)`, plus its adapter's update when it has one.
 at::Tensor adapted(torch::nn::Linear& layer, const std::unique_ptr<LoraAdapter>& adapter, const at::Tensor& x);
 

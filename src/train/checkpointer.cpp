@@ -194,7 +194,7 @@ std::string Checkpointer::save(Step& step, const RunPosition& at, const BestEval
     const std::int64_t keep_last = config_.ckpt.keep_last;
     if (config_.ckpt.async) {
       // Shared: std::function needs a copyable job.
-      auto copy = std::make_shared<const ckpt::Checkpoint>(ckpt::host_copy(checkpoint));
+      auto copy = std::make_shared<const ckpt::Checkpoint>(staging_.copy(checkpoint));
       path = ckpt::checkpoint_path(dir, at.step);
       writer_.start([copy, dir, keep_last, best, waited = blocked.elapsed_s()] {
         trace::name_thread("checkpoint");
@@ -228,7 +228,7 @@ std::string Checkpointer::save_sharded(Step& step, const RunPosition& at, const 
   if (!config_.ckpt.async) {
     return write_in_turns(control_, dir, part, at.step, best, keep_last, /*blocked_s=*/-1, /*timed=*/true);
   }
-  auto copy = std::make_shared<const ckpt::Checkpoint>(ckpt::host_copy(part));
+  auto copy = std::make_shared<const ckpt::Checkpoint>(staging_.copy(part));
   writer_.start([plane = background_plane_, copy, dir, step = at.step, best, keep_last,
                  waited = blocked.elapsed_s()] {
     trace::name_thread("checkpoint");

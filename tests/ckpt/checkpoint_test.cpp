@@ -1,6 +1,7 @@
 #include "hpctrain/ckpt/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 
 #include <ATen/ATen.h>
 
@@ -71,7 +72,8 @@ TEST_F(CheckpointTest, RoundTripsTensorsAndMetadataAndUpdatesLatest) {
 TEST_F(CheckpointTest, HostCopyIsContiguousAndOwnsItsMemory) {
   Checkpoint original = model_only({{"fc.weight", at::randn({3, 4}).t()}, {"step", at::full({}, 5, at::kLong)}});
   original.meta.step = 9;
-  const Checkpoint copy = host_copy(original);
+  HostStaging staging;
+  const Checkpoint copy = staging.copy(original);
   EXPECT_EQ(copy.meta.step, 9);
   const at::Tensor& weight = copy.groups.at("model")[0].second;
   EXPECT_TRUE(weight.is_contiguous());
@@ -81,6 +83,24 @@ TEST_F(CheckpointTest, HostCopyIsContiguousAndOwnsItsMemory) {
   EXPECT_TRUE(at::equal(weight, before));
   EXPECT_EQ(copy.groups.at("model")[1].second.item<std::int64_t>(), 5);
   EXPECT_EQ(checkpoint_path(dir_, 9), write_checkpoint(dir_, copy));
+}
+
+// A GPU's tensors land in pinned host memory kept for the next copy, which holds the new values;
+// a tensor of another shape gets memory of its own.
+TEST_F(CheckpointTest, HostStagingKeepsPinnedMemoryForAGpusTensors) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU";
+  Checkpoint original = model_only({{"fc.weight", at::randn({3, 4}, at::kCUDA).t()}});
+  HostStaging staging;
+  const Checkpoint first = staging.copy(original);
+  const at::Tensor& kept = first.groups.at("model")[0].second;
+  EXPECT_TRUE(kept.is_pinned());
+  EXPECT_TRUE(at::equal(kept, original.groups.at("model")[0].second.cpu()));
+  original.groups.at("model")[0].second.add_(1.0);
+  const Checkpoint next = staging.copy(original);
+  EXPECT_EQ(next.groups.at("model")[0].second.data_ptr(), kept.data_ptr());
+  EXPECT_TRUE(at::equal(next.groups.at("model")[0].second, original.groups.at("model")[0].second.cpu()));
+  original.groups.at("model")[0].second = at::randn({5}, at::kCUDA);
+  EXPECT_EQ(staging.copy(original).groups.at("model")[0].second.sizes(), at::IntArrayRef({5}));
 }
 
 TEST_F(CheckpointTest, MismatchedModelNamesEveryDifference) {

@@ -16,6 +16,7 @@
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/checkpointer.h"
 #include "hpctrain/train/lora_base.h"
+#include "model/lora_adapter.h"
 
 namespace hpctrain::model {
 namespace {
@@ -220,6 +221,35 @@ TEST(LoraTest, ABf16BaseHalvesItsMatricesAndComputesCloseToFloat32) {
       EXPECT_EQ(p.grad().scalar_type(), torch::kFloat) << name;
     }
   }
+}
+
+}  // namespace
+}  // namespace hpctrain::model
+
+namespace hpctrain::model {
+namespace {
+
+// The output layer's product on a weight padded to a multiple of 64 rows gives the unpadded
+// product's values and gradients (Note [Padded vocabulary]).
+TEST(PaddedRowsLinear, GivesTheProductAndGradientsOfTheUnpaddedWeight) {
+  torch::manual_seed(4);
+  const at::Tensor x = torch::randn({2, 3, 16}, torch::requires_grad());
+  const at::Tensor weight = torch::randn({50, 16}, torch::requires_grad());
+  const at::Tensor padded = padded_rows_linear(x, weight, 64);
+  ASSERT_EQ(padded.sizes(), (std::vector<std::int64_t>{2, 3, 50}));
+  const at::Tensor plain = torch::linear(x, weight);
+  EXPECT_TRUE(at::allclose(padded, plain, 1e-5, 1e-6));
+  const at::Tensor upstream = torch::randn({2, 3, 50});
+  const auto grads_of = [&](const at::Tensor& y) { return torch::autograd::grad({y}, {x, weight}, {upstream}); };
+  const auto padded_grads = grads_of(padded);
+  const auto plain_grads = grads_of(plain);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(padded_grads[i].sizes(), plain_grads[i].sizes());
+    EXPECT_TRUE(at::allclose(padded_grads[i], plain_grads[i], 1e-5, 1e-6)) << i;
+  }
+  // A weight of a multiple of rows already is used as it is.
+  const at::Tensor aligned = torch::randn({64, 16});
+  EXPECT_TRUE(at::equal(padded_rows_linear(x.detach(), aligned, 64), torch::linear(x.detach(), aligned)));
 }
 
 }  // namespace

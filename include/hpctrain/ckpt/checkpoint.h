@@ -56,9 +56,20 @@ struct Checkpoint {
   std::map<std::string, TensorSlices> slices;  // by group: this rank's parts of sharded tensors
 };
 
-// A copy of every tensor in host memory, contiguous: what a background writer may write while
-// training goes on changing the originals.
-Checkpoint host_copy(const Checkpoint& checkpoint);
+// Copies of checkpoints in host memory, contiguous: what a background writer may write while
+// training goes on changing the originals. A GPU's tensors are copied into pinned host tensors
+// kept by name for the next copy, at the bus's speed and without faulting in a fresh gigabyte
+// each time (the first copy pays for the memory); a copy of those is overwritten by the next, so
+// its writer must be done before the next copy is made. Host tensors get fresh copies, freed
+// with the write, since there the host's memory is what is short.
+class HostStaging {
+ public:
+  Checkpoint copy(const Checkpoint& checkpoint);
+
+ private:
+  at::Tensor staged(const std::string& key, const at::Tensor& tensor);
+  std::map<std::string, at::Tensor> buffers_;
+};
 
 // `<dir>/ckpt-<step>.h5`, where write_checkpoint puts it.
 std::string checkpoint_path(const std::string& dir, std::int64_t step);

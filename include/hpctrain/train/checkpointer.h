@@ -97,6 +97,7 @@ class Checkpointer {
   // ckpt.async with a sharded state: the background writers' own control plane.
   // Shared with the writer's thread, which may outlive this object (~BackgroundJob).
   std::shared_ptr<comm::ControlPlane> background_plane_;
+  ckpt::HostStaging staging_;  // ckpt.async: the host copies the background writer writes
   BackgroundJob writer_;  // ckpt.async: rank 0's, or every rank's when sharded; last, so destroyed (waited for) first
 };
 
