@@ -34,9 +34,9 @@ find_package(Protobuf QUIET)
 # A pip libtorch carries protobuf headers of its own among its include directories, which come
 # first: code that the system's protoc generates does not compile against them.
 set(_torch_protobuf OFF)
+get_filename_component(_protobuf_dir "${Protobuf_INCLUDE_DIR}" REALPATH)
 foreach(_dir ${TORCH_INCLUDE_DIRS})
   get_filename_component(_dir "${_dir}" REALPATH)
-  get_filename_component(_protobuf_dir "${Protobuf_INCLUDE_DIR}" REALPATH)
   if(EXISTS "${_dir}/google/protobuf/message_lite.h" AND NOT _dir STREQUAL _protobuf_dir)
     set(_torch_protobuf ON)
   endif()

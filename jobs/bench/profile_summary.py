@@ -21,7 +21,7 @@ import sys
 
 # Kernel kinds, tried in order: the first pattern that matches a kernel's name names its kind.
 KINDS = [
-    ("optimizer", r"adam|multi_tensor_apply|foreach"),
+    ("optimizer", r"adam|multi_tensor_apply|foreach"),  # also any other multi-tensor (foreach) kernel
     ("attention", r"flash|fmha|attention|sdpa|_attn"),
     ("matrix products", r"gemm|cutlass|cublas|xmma|nvjet|matmul|gemv|wgmma|sm\d+_"),
     ("normalization", r"layer_norm|layernorm|batch_norm|rms_?norm"),
@@ -30,7 +30,7 @@ KINDS = [
     ("element-wise", r"elementwise|vectorized|unrolled|gelu|tanh|fill|copy|index|embedding|where|dropout"),
 ]
 LAUNCHES = re.compile(r"^cu(da)?(LaunchKernel|LaunchKernelEx|GraphLaunch|MemcpyAsync|MemsetAsync|LaunchCooperativeKernel)")
-WAITS = re.compile(r"^cu(da)?(StreamSynchronize|DeviceSynchronize|EventSynchronize|Memcpy$|MemcpyDtoH|StreamWaitEvent)")
+WAITS = re.compile(r"^cu(da)?(StreamSynchronize|DeviceSynchronize|EventSynchronize|Memcpy$|MemcpyDtoH)")
 
 
 def kind_of(name):

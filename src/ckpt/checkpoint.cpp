@@ -149,22 +149,25 @@ at::Tensor HostStaging::staged(const std::string& key, const at::Tensor& tensor)
 }
 
 Checkpoint HostStaging::copy(const Checkpoint& checkpoint) {
-  bool from_gpu = false;
+  std::set<c10::DeviceIndex> gpus;  // whose copies were queued, not waited for
+  const auto note = [&](const at::Tensor& tensor) {
+    if (tensor.is_cuda()) gpus.insert(tensor.device().index());
+  };
   Checkpoint copy{checkpoint.meta, {}, checkpoint.slices};
   for (const auto& [group, tensors] : checkpoint.groups) {
     NamedTensors& to = copy.groups[group];
     for (const auto& [name, tensor] : tensors) {
-      from_gpu = from_gpu || tensor.is_cuda();
+      note(tensor);
       to.emplace_back(name, staged(group + "/" + name, tensor));
     }
   }
   for (auto& [group, slices] : copy.slices) {
     for (size_t i = 0; i < slices.size(); ++i) {
-      from_gpu = from_gpu || slices[i].data.is_cuda();
+      note(slices[i].data);
       slices[i].data = staged(group + "#" + std::to_string(i), slices[i].data);
     }
   }
-  if (from_gpu) torch::cuda::synchronize();  // the copies above were queued, not waited for
+  for (const c10::DeviceIndex gpu : gpus) torch::cuda::synchronize(gpu);
   return copy;
 }
 

@@ -174,7 +174,9 @@ StepOptions step_options(const config::ParsedArgs& parsed, const BenchModel& ben
   }
   comm::validate_backend(config::Backend::kAuto, o.use_cuda);
   for (const char* flag : {"cuda-graphs", "profile"}) {
-    if (parsed.has(flag) && !parsed.has("update")) throw ConfigError(std::string("bench step: --") + flag + " is for --update");
+    if (parsed.has(flag) && !parsed.has("update")) {
+      throw ConfigError(std::string("bench step: --") + flag + " is for --update");
+    }
   }
   return o;
 }
@@ -225,7 +227,12 @@ const char* bench_step_usage() { return kStepUsage; }
 
 int bench_step(const config::ParsedArgs& parsed) {
   const BenchModel bench = bench_model(parsed);
-  if (parsed.has("zero-stage")) return bench_sharded_step(parsed, bench);
+  if (parsed.has("zero-stage")) {
+    for (const char* flag : {"update", "cuda-graphs", "profile"}) {
+      if (parsed.has(flag)) throw ConfigError(std::string("bench step: --") + flag + " does not go with --zero-stage");
+    }
+    return bench_sharded_step(parsed, bench);
+  }
   const StepOptions options = step_options(parsed, bench);
   if (parsed.has("update")) return bench_update_step(parsed, bench, options);
   const model::ModelSpec& spec = bench.spec;

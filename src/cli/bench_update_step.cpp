@@ -71,6 +71,9 @@ void profile_steps(const std::string& path, c10::Device device, int steps, const
 int bench_update_step(const config::ParsedArgs& parsed, const BenchModel& bench, const StepOptions& options) {
   const bool graphs = parsed.has("cuda-graphs");
   if (graphs && !options.use_cuda) throw ConfigError("bench step --cuda-graphs needs --device cuda");
+  if (graphs && options.precision == config::Precision::kFp16) {
+    throw ConfigError("bench step --cuda-graphs: not with --precision fp16, whose loss scale changes between steps");
+  }
   std::vector<UpdateCase> cases{{"step, AdamW per tensor", false, false}, {"step, AdamW multi-tensor", true, false}};
   if (graphs) cases.push_back({"step, multi-tensor + CUDA graph", true, true});
   const std::string profile = text_flag(parsed, "profile", "");
@@ -78,6 +81,7 @@ int bench_update_step(const config::ParsedArgs& parsed, const BenchModel& bench,
   const Ranks ranks = start_ranks(bench_start(options.use_cuda, config::Backend::kAuto));
   const auto& bootstrap = ranks.bootstrap;
   const c10::Device device = ranks.device;
+  if (graphs && ranks.comm->size() > 1) throw ConfigError("bench step --cuda-graphs runs on one rank so far");
   if (!profile.empty()) profile_steps(profile, device, 0, [] {});  // can it, before the timing?
   train::set_cuda_math(options.tf32, /*cudnn_benchmark=*/false);
   std::vector<std::unique_ptr<train::Step>> steps;

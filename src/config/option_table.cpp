@@ -468,8 +468,8 @@ std::vector<Option> build_table() {
           "On a GPU, capture each micro-batch's forward and backward as a CUDA graph at the second "
           "step and replay it after: one launch instead of hundreds of kernels. A batch of another "
           "shape or sample count runs eagerly. Refused for now with more than one rank, "
-          "dist.zero_stage > 0, train.precision=fp16, model.activation_checkpointing and the "
-          "diffusion objective (docs/distributed.md, \"CUDA graphs\")."),
+          "dist.zero_stage > 0, dynamic loss scaling (fp16's default), model.activation_checkpointing "
+          "and the diffusion objective (docs/distributed.md, \"GPU math: TF32, cuDNN, CUDA graphs\")."),
       row("train.objective", &C::train, &TrainConfig::objective, "cross_entropy",
           "What training minimizes: cross_entropy (a classifier's logits against the labels, or a "
           "language model's next tokens), or diffusion (model.name=unet predicts the noise added "

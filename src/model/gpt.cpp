@@ -275,9 +275,11 @@ class Gpt final : public nn::Module, public Model, public CachedLanguageModel {
   // three products took 15 ms of a 50 ms bf16 step (docs/benchmarks.md, "GPU efficiency"). On a
   // GPU the product runs on the weight padded with zero rows to a multiple of 64, as nanoGPT
   // pads its vocabulary, and the logits are its first `vocab` columns: the same values, from a
-  // parameter of GPT-2's own shape.
+  // parameter of GPT-2's own shape. Generating a token at a time keeps the plain product rather
+  // than copy the weight for every token; the threshold of 1,024 positions is not tuned.
   at::Tensor head(const at::Tensor& x) {
-    at::Tensor logits = x.is_cuda() ? padded_rows_linear(x, wte_->weight, 64) : base_linear(x, wte_->weight);
+    const bool pad = x.is_cuda() && x.numel() / x.size(-1) >= 1024;
+    at::Tensor logits = pad ? padded_rows_linear(x, wte_->weight, 64) : base_linear(x, wte_->weight);
     return head_lora_ ? logits + (*head_lora_)(x) : logits;
   }
 

@@ -23,7 +23,9 @@ namespace {
 
 class AutocastCacheOff {
  public:
-  AutocastCacheOff() : was_(at::autocast::is_autocast_cache_enabled()) { at::autocast::set_autocast_cache_enabled(false); }
+  AutocastCacheOff() : was_(at::autocast::is_autocast_cache_enabled()) {
+    at::autocast::set_autocast_cache_enabled(false);
+  }
   ~AutocastCacheOff() { at::autocast::set_autocast_cache_enabled(was_); }
   AutocastCacheOff(const AutocastCacheOff&) = delete;
   AutocastCacheOff& operator=(const AutocastCacheOff&) = delete;
@@ -52,7 +54,9 @@ CapturedWork::CapturedWork(c10::Device device, const std::function<void()>& work
     torch::cuda::synchronize(device.index());
     // Autocast's cache of cast weights would outlive the capture (PyTorch's rule for graphs).
     const AutocastCacheOff no_cache;
-    graph_->graph.capture_begin();
+    // Thread-local: the loader's threads may allocate pinned memory meanwhile, which a global
+    // capture would forbid; the autograd engine's kernels land on the captured stream anyway.
+    graph_->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     try {
       work();
     } catch (...) {
@@ -80,8 +84,8 @@ struct CapturedWork::Graph {};
 bool CapturedWork::available() { return false; }
 
 CapturedWork::CapturedWork(c10::Device, const std::function<void()>&, int) {
-  throw ConfigError("CUDA graphs need hpctrain built against a libtorch with CUDA (and without "
-                    "-DHPCTRAIN_WITH_CUDA_GRAPHS=OFF); this build has none");
+  throw ConfigError("CUDA graphs need hpctrain built against a libtorch with CUDA and the CUDA toolkit "
+                    "found (and without -DHPCTRAIN_WITH_CUDA_GRAPHS=OFF); this build has none");
 }
 
 CapturedWork::~CapturedWork() = default;

@@ -12,7 +12,9 @@
 
 #include <torch/torch.h>
 
+#include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
+#include "hpctrain/train/loss_scaler.h"
 
 namespace hpctrain::train {
 
@@ -25,8 +27,9 @@ std::string GraphedGradients::refusal(const config::Config& config, int world, c
     return "it runs on one rank so far: GradSync's reduction during backward is not captured yet";
   }
   if (config.dist.zero_stage > 0) return "it does not work with dist.zero_stage > 0 yet";
-  if (config.train.precision == config::Precision::kFp16) {
-    return "fp16's loss scale changes between steps, and a graph would keep the first";
+  if (uses_loss_scaling(config.train)) {
+    return "dynamic loss scaling (train.loss_scale, fp16's default) changes the scale between steps, and a graph "
+           "would keep the first";
   }
   if (config.model.activation_checkpointing) {
     return "model.activation_checkpointing saves and restores random-generator states on the host";
@@ -54,26 +57,32 @@ void GraphedGradients::capture(const data::Batch& batch, std::int64_t step_real,
   step_real_ = step_real;
   compute_ = compute;
   loss_sum_ = torch::zeros({}, torch::dtype(torch::kFloat64).device(device_));
-  graph_ = std::make_unique<CapturedWork>(
-      device_, [this] { loss_sum_.copy_(compute_(static_batch_, step_real_)); }, /*warmup=*/1);
+  try {
+    graph_ = std::make_unique<CapturedWork>(
+        device_, [this] { loss_sum_.copy_(compute_(static_batch_, step_real_)); }, /*warmup=*/1);
+  } catch (const c10::Error& e) {
+    throw ConfigError(std::string("train.cuda_graphs=true: the forward and backward could not be captured (") +
+                      e.what_without_backtrace() + "); set train.cuda_graphs=false");
+  }
   log::info("train.cuda_graphs: captured a micro-batch's forward and backward ({} samples of shape {}); "
             "replayed from now on",
             batch.input.size(0), c10::str(batch.input.sizes()));
 }
 
-at::Tensor GraphedGradients::run(const data::Batch& batch, std::int64_t step_real, const Compute& compute) {
+at::Tensor GraphedGradients::run(const data::Batch& batch, std::int64_t step_real, bool full, const Compute& compute) {
   if (graph_ && fits(batch, step_real)) {
+    ++replays_;
     static_batch_.input.copy_(batch.input, /*non_blocking=*/true);
     static_batch_.target.copy_(batch.target, /*non_blocking=*/true);
     if (batch.weight.defined()) static_batch_.weight.copy_(batch.weight, /*non_blocking=*/true);
     graph_->replay();
     return loss_sum_.clone();
   }
-  if (!graph_) {
+  if (!graph_ && full) {
     capture(batch, step_real, compute);
     return loss_sum_.clone();
   }
-  if (!told_eager_) {
+  if (graph_ && !told_eager_) {
     told_eager_ = true;
     log::info("train.cuda_graphs: a micro-batch of shape {} ({} real samples in the step) does not fit the "
               "graph; such micro-batches run eagerly",

@@ -32,9 +32,11 @@ class GraphedGradients {
   explicit GraphedGradients(c10::Device device) : device_(device) {}
 
   // `compute` for `batch`: replayed when a graph of a batch of this shape and `step_real` exists;
-  // captured when none does yet (the capture follows one real run of `compute`); else eager.
-  at::Tensor run(const data::Batch& batch, std::int64_t step_real, const Compute& compute);
+  // captured when none does yet and `full` (no padding anywhere in the step, so the graph fits
+  // the steps that follow; the capture follows one real run of `compute`); else eager.
+  at::Tensor run(const data::Batch& batch, std::int64_t step_real, bool full, const Compute& compute);
   bool captured() const { return graph_ != nullptr; }
+  std::int64_t replays() const { return replays_; }
 
  private:
   bool fits(const data::Batch& batch, std::int64_t step_real) const;
@@ -46,6 +48,7 @@ class GraphedGradients {
   data::Batch static_batch_;  // what the graph reads: each replay's batch is copied in first
   std::int64_t step_real_ = 0;
   at::Tensor loss_sum_;       // what the graph writes
+  std::int64_t replays_ = 0;
   bool told_eager_ = false;
 };
 

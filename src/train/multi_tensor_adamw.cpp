@@ -7,6 +7,7 @@
 #include <map>
 #include <tuple>
 
+#include "hpctrain/core/error.h"
 #include "optimizer_state_key.h"
 
 #define HT_TORCH_AT_LEAST(major, minor) \
@@ -16,6 +17,7 @@ namespace hpctrain::train {
 namespace {
 
 namespace optim = torch::optim;
+
 
 // What AdamW::step does at a parameter's first step: step 0, zero moments.
 template <typename States>
@@ -33,11 +35,11 @@ optim::AdamWParamState& state_of(States& states, const at::Tensor& p) {
 
 }  // namespace
 
+// On a CPU the _foreach_ operations: libtorch's fused CPU kernel rounds an element by where it
+// lies in its vector, so a ZeRO rank's flat pieces would not match the replicated parameters bit
+// for bit; there the update is bound by memory bandwidth either way.
 MultiTensorKernel MultiTensorAdamW::kernel_for(const c10::Device& device) {
-#if HT_TORCH_AT_LEAST(2, 4)
-  (void)device;
-  return MultiTensorKernel::kFused;
-#elif HT_TORCH_AT_LEAST(2, 1)
+#if HT_TORCH_AT_LEAST(2, 1)
   return device.is_cuda() ? MultiTensorKernel::kFused : MultiTensorKernel::kForeach;
 #else
   (void)device;
@@ -63,36 +65,58 @@ std::vector<MultiTensorAdamW::Batch> MultiTensorAdamW::batches_of(optim::Optimiz
   return out;
 }
 
-void MultiTensorAdamW::update(Batch& batch, const optim::AdamWOptions& options) const {
+void MultiTensorAdamW::update(const Batch& batch, const optim::AdamWOptions& options) const {
+  const MultiTensorKernel kernel = forced_set_ ? forced_ : kernel_for(batch.params.front().device());
+  if (kernel == MultiTensorKernel::kFused) return update_fused(batch, options);
+  // A chunk of tensors at a time: the foreach operations' temporaries are as large as the chunk.
+  for (size_t first = 0, end = 0; first < batch.params.size(); first = end) {
+    std::int64_t elements = batch.params[first].numel();
+    for (end = first + 1; end < batch.params.size(); ++end) {
+      if (elements + batch.params[end].numel() > chunk_elements_) break;
+      elements += batch.params[end].numel();
+    }
+    const auto part = [&](const std::vector<at::Tensor>& list) {
+      return at::TensorList(list).slice(first, end - first);
+    };
+    update_foreach(part(batch.params), part(batch.grads), part(batch.exp_avgs), part(batch.exp_avg_sqs), batch.step,
+                   options);
+  }
+}
+
+void MultiTensorAdamW::update_fused(const Batch& batch, const optim::AdamWOptions& options) {
+#if HT_TORCH_AT_LEAST(2, 1)
+  const auto [beta1, beta2] = options.betas();
+  // The kernel reads each parameter's step count from a tensor on its device; one shared by all.
+  const at::Tensor step =
+      at::full({}, static_cast<double>(batch.step), batch.params.front().options().dtype(at::kFloat));
+  const std::vector<at::Tensor> steps(batch.params.size(), step);
+  at::_fused_adamw_(batch.params, batch.grads, batch.exp_avgs, batch.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps,
+                    options.lr(), beta1, beta2, options.weight_decay(), options.eps(), /*amsgrad=*/false,
+                    /*maximize=*/false);
+#else
+  (void)batch;
+  (void)options;
+  HT_CHECK(false, "libtorch before 2.1 has no fused AdamW kernel");
+#endif
+}
+
+// torch::optim::AdamW's arithmetic, in its order, over lists of tensors.
+void MultiTensorAdamW::update_foreach(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                                      at::TensorList exp_avg_sqs, std::int64_t step,
+                                      const optim::AdamWOptions& options) {
   const double lr = options.lr();
   const auto [beta1, beta2] = options.betas();
-  const MultiTensorKernel kernel = forced_set_ ? forced_ : kernel_for(batch.params.front().device());
-#if HT_TORCH_AT_LEAST(2, 1)
-  if (kernel == MultiTensorKernel::kFused) {
-    // The kernel reads each parameter's step count from a tensor on its device; one shared by all.
-    const at::Tensor step = at::full({}, static_cast<double>(batch.step),
-                                     batch.params.front().options().dtype(at::kFloat));
-    const std::vector<at::Tensor> steps(batch.params.size(), step);
-    at::_fused_adamw_(batch.params, batch.grads, batch.exp_avgs, batch.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps,
-                      lr, beta1, beta2, options.weight_decay(), options.eps(), /*amsgrad=*/false,
-                      /*maximize=*/false);
-    return;
-  }
-#else
-  (void)kernel;
-#endif
-  // torch::optim::AdamW's arithmetic, tensor list by tensor list.
-  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(batch.step));
-  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(batch.step));
-  if (options.weight_decay() != 0) at::_foreach_mul_(batch.params, 1 - lr * options.weight_decay());
-  at::_foreach_mul_(batch.exp_avgs, beta1);
-  at::_foreach_add_(batch.exp_avgs, batch.grads, 1 - beta1);
-  at::_foreach_mul_(batch.exp_avg_sqs, beta2);
-  at::_foreach_addcmul_(batch.exp_avg_sqs, batch.grads, batch.grads, 1 - beta2);
-  std::vector<at::Tensor> denominators = at::_foreach_sqrt(batch.exp_avg_sqs);
+  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
+  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
+  if (options.weight_decay() != 0) at::_foreach_mul_(params, 1 - lr * options.weight_decay());
+  at::_foreach_mul_(exp_avgs, beta1);
+  at::_foreach_add_(exp_avgs, grads, 1 - beta1);
+  at::_foreach_mul_(exp_avg_sqs, beta2);
+  at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2);
+  std::vector<at::Tensor> denominators = at::_foreach_sqrt(exp_avg_sqs);
   at::_foreach_div_(denominators, std::sqrt(bias_correction2));
   at::_foreach_add_(denominators, options.eps());
-  at::_foreach_addcdiv_(batch.params, batch.exp_avgs, denominators, -lr / bias_correction1);
+  at::_foreach_addcdiv_(params, exp_avgs, denominators, -lr / bias_correction1);
 }
 
 at::Tensor MultiTensorAdamW::step(LossClosure closure) {

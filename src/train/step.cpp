@@ -97,7 +97,11 @@ StepResult Step::run(const std::vector<data::Batch>& micro_batches, const StepPl
   // (all ranks, all micro-batches), so the accumulated, averaged gradient is the mean over the
   // step's real samples, as one process on the whole global batch would compute it.
   std::int64_t step_real = 0;
-  for (const data::Batch& batch : micro_batches) step_real += batch.global_real;
+  step_full_ = true;  // no padding on any rank: the steps that follow look alike
+  for (const data::Batch& batch : micro_batches) {
+    step_real += batch.global_real;
+    step_full_ = step_full_ && batch.global_real == batch.input.size(0) * comm_.size();
+  }
   StepResult result;
   result.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device_));
   sync_buffers();
@@ -142,7 +146,11 @@ void Step::forward_backward(const data::Batch& batch, bool last_micro_batch, std
   update_->begin_backward(last_micro_batch);
   // The first step runs eagerly: it counts the FLOPs and makes the libraries' handles.
   const auto compute = [this](const data::Batch& b, std::int64_t real) { return compute_gradients(b, real); };
-  result.loss_sum += graphs_ && count_ > 0 ? graphs_->run(batch, step_real, compute) : compute(batch, step_real);
+  if (graphs_ && count_ > 0) {
+    result.loss_sum += graphs_->run(batch, step_real, step_full_, compute);
+  } else {
+    result.loss_sum += compute(batch, step_real);
+  }
   result.samples += static_cast<double>(batch.real);
 }
 
@@ -166,6 +174,8 @@ at::Tensor Step::compute_gradients(const data::Batch& batch, std::int64_t step_r
 }
 
 // A graph accumulates into the gradients it captured, so with one they are zeroed where they are.
+std::int64_t Step::cuda_graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
+
 void Step::zero_grad() {
   if (!graphs_) return update_->zero_grad();
   std::vector<at::Tensor> gradients;

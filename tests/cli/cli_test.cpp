@@ -141,6 +141,7 @@ TEST(Cli, BenchArgumentErrorsAreOneLineWithExitCode2) {
         {"bench step --tf32 yes", "--tf32 must be true or false"},
         {"bench step --cuda-graphs", "--cuda-graphs is for --update"},
         {"bench step --update --cuda-graphs", "--cuda-graphs needs --device cuda"},
+        {"bench step --zero-stage 1 --update", "--update does not go with --zero-stage"},
         {"bench comm --min-bytes 1KiB --max-bytes 512", "--min-bytes <= --max-bytes"},
         {"bench data --layers 4", "unknown option '--layers'"},  // bench step's, not bench data's
         {"bench data --data /nowhere --data-io direct", "--data-io must be mmap or posix"},

@@ -52,7 +52,8 @@ struct Differences {
 // Six steps of both optimizers on the same random gradients. Parameter 3 has no gradient at step
 // 2, so its step count falls behind the others' (a batch of its own); the learning rate changes
 // at step 3.
-Differences compare(const c10::Device& device, std::optional<MultiTensorKernel> kernel, bool amsgrad = false) {
+Differences compare(const c10::Device& device, std::optional<MultiTensorKernel> kernel, bool amsgrad = false,
+                    std::int64_t chunk_elements = 0) {
   torch::manual_seed(11);
   const std::vector<at::Tensor> reference = random_parameters(device);
   std::vector<at::Tensor> ours;
@@ -60,6 +61,7 @@ Differences compare(const c10::Device& device, std::optional<MultiTensorKernel> 
   auto expected = two_groups<optim::AdamW>(reference, amsgrad);
   auto actual = two_groups<MultiTensorAdamW>(ours, amsgrad);
   if (kernel) actual->force_kernel(*kernel);
+  if (chunk_elements > 0) actual->set_chunk_elements(chunk_elements);
   for (int step = 1; step <= 6; ++step) {
     if (step == 3) {
       for (optim::Optimizer* optimizer : std::vector<optim::Optimizer*>{expected.get(), actual.get()}) {
@@ -79,7 +81,9 @@ Differences compare(const c10::Device& device, std::optional<MultiTensorKernel> 
   const auto relative = [](const at::Tensor& a, const at::Tensor& b) {
     return ((a - b).norm() / b.norm()).item<double>();
   };
-  for (size_t i = 0; i < reference.size(); ++i) run.parameters = std::max(run.parameters, relative(ours[i], reference[i]));
+  for (size_t i = 0; i < reference.size(); ++i) {
+    run.parameters = std::max(run.parameters, relative(ours[i], reference[i]));
+  }
   const ckpt::NamedTensors theirs = optimizer_state(*expected, kNamesInOptimizerOrder);
   const ckpt::NamedTensors mine = optimizer_state(*actual, kNamesInOptimizerOrder);
   EXPECT_EQ(mine.size(), theirs.size());
@@ -96,6 +100,14 @@ Differences compare(const c10::Device& device, std::optional<MultiTensorKernel> 
 
 TEST(MultiTensorAdamW, ForeachKernelsComputeWhatAdamWComputes) {
   const Differences run = compare(c10::Device(c10::kCPU), MultiTensorKernel::kForeach);
+  EXPECT_LT(run.parameters, 1e-6);
+  EXPECT_LT(run.state, 1e-6);
+  EXPECT_TRUE(run.steps_equal);
+}
+
+TEST(MultiTensorAdamW, ForeachKernelsInChunksComputeTheSame) {
+  // 1000 elements a chunk: the 64x33 matrix and the 1000-vector alone, the small ones together.
+  const Differences run = compare(c10::Device(c10::kCPU), MultiTensorKernel::kForeach, false, 1000);
   EXPECT_LT(run.parameters, 1e-6);
   EXPECT_LT(run.state, 1e-6);
   EXPECT_TRUE(run.steps_equal);

@@ -171,6 +171,7 @@ TEST(Step, CudaGraphsAreRefusedWhereTheyCannotRunWithTheReason) {
     EXPECT_NE(reason({}, 2, torch::kCUDA).find("one rank"), std::string::npos);
     EXPECT_NE(reason({{"dist.zero_stage", "1"}}, 1, torch::kCUDA).find("dist.zero_stage"), std::string::npos);
     EXPECT_NE(reason({{"train.precision", "fp16"}}, 1, torch::kCUDA).find("fp16"), std::string::npos);
+    EXPECT_NE(reason({{"train.loss_scale", "dynamic"}}, 1, torch::kCUDA).find("train.loss_scale"), std::string::npos);
   }
   // Step says which option to change.
   FakeWorld one(1);
@@ -186,37 +187,49 @@ TEST(Step, CudaGraphsAreRefusedWhereTheyCannotRunWithTheReason) {
 }
 
 // On a GPU, steps whose forward and backward replay a CUDA graph train exactly as eager steps do,
-// and a micro-batch of another size runs eagerly beside them.
+// two micro-batches a step (the graph accumulates into the gradients), and micro-batches of
+// another size run eagerly beside them.
 TEST(Step, CudaGraphStepsTrainAsEagerStepsDo) {
   if (!CapturedWork::available() || !torch::cuda::is_available()) GTEST_SKIP() << "no CUDA graphs or no GPU here";
   const c10::Device gpu(c10::kCUDA, 0);
+  const auto micro_batch = [&](std::int64_t rows) {
+    data::Batch batch = share(torch::randn({rows, 6}), torch::randint(0, 4, {rows}, torch::kLong), rows, 0, rows);
+    batch.input = batch.input.to(gpu);
+    batch.target = batch.target.to(gpu);
+    batch.weight = batch.weight.to(gpu);
+    return batch;
+  };
+  struct Trained {
+    std::vector<at::Tensor> parameters;
+    std::vector<double> losses;
+    std::int64_t replays = 0;
+  };
   const auto train = [&](bool graphs) {
     const config::Config config = step_config({{"train.cuda_graphs", graphs ? "true" : "false"},
                                                {"dist.device", "cuda"}});
     auto model = fresh_model(config);
-    std::vector<StepResult> results;
+    Trained out;
     FakeWorld one(1);
     run_ranks(one, [&](FakeCommunicator& comm) {
       Step step(model, config, comm, gpu);
       torch::manual_seed(5);
       for (int s = 0; s < 6; ++s) {
-        const std::int64_t rows = s == 4 ? 5 : 8;  // step 5 has a batch of another size
-        data::Batch batch = share(torch::randn({rows, 6}), torch::randint(0, 4, {rows}, torch::kLong), rows, 0, rows);
-        batch.input = batch.input.to(gpu);
-        batch.target = batch.target.to(gpu);
-        batch.weight = batch.weight.to(gpu);
-        results.push_back(step.run({batch}, {0.01, true}));
+        const std::int64_t rows = s == 4 ? 3 : 4;  // the fifth step's micro-batches are smaller
+        out.losses.push_back(step.run({micro_batch(rows), micro_batch(rows)}, {0.01, true}).loss_sum.item<double>());
       }
+      out.replays = step.cuda_graph_replays();
     });
-    return std::make_pair(parameters_of(*model), results);
+    out.parameters = parameters_of(*model);
+    return out;
   };
-  const auto [eager, eager_results] = train(false);
-  const auto [graphed, graphed_results] = train(true);
-  for (size_t s = 0; s < eager_results.size(); ++s) {
-    EXPECT_NEAR(graphed_results[s].loss_sum.item<double>(), eager_results[s].loss_sum.item<double>(), 1e-5) << s;
-  }
-  for (size_t i = 0; i < eager.size(); ++i) {
-    EXPECT_TRUE(at::allclose(graphed[i].cpu(), eager[i].cpu(), 1e-5, 1e-6)) << "parameter " << i;
+  const Trained eager = train(false);
+  const Trained graphed = train(true);
+  // Step 2 captures its first micro-batch and replays its second; steps 3, 4 and 6 replay both.
+  EXPECT_EQ(graphed.replays, 7);
+  EXPECT_EQ(eager.replays, 0);
+  for (size_t s = 0; s < eager.losses.size(); ++s) EXPECT_NEAR(graphed.losses[s], eager.losses[s], 1e-5) << s;
+  for (size_t i = 0; i < eager.parameters.size(); ++i) {
+    EXPECT_TRUE(at::allclose(graphed.parameters[i].cpu(), eager.parameters[i].cpu(), 1e-5, 1e-6)) << "parameter " << i;
   }
 }
 

@@ -89,6 +89,8 @@ class Step {
   // The FLOPs of training one sample (or window), counted in this process's first forward; none
   // when that forward ran no product or convolution, or before it.
   std::optional<double> training_flops() const { return training_flops_; }
+  // Micro-batches whose forward and backward were replayed from a CUDA graph (train.cuda_graphs).
+  std::int64_t cuda_graph_replays() const;
 
  private:
   void forward_backward(const data::Batch& batch, bool last_micro_batch, std::int64_t step_real,
@@ -111,6 +113,7 @@ class Step {
   std::optional<LossScaler> loss_scaler_;
   std::optional<WeightAverage> average_;
   std::unique_ptr<GraphedGradients> graphs_;  // train.cuda_graphs
+  bool step_full_ = true;                     // this step's micro-batches hold no padding
   SkippedSteps skipped_;
   std::int64_t count_ = 0;
   bool flops_counted_ = false;
