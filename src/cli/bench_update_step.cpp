@@ -66,6 +66,32 @@ void profile_steps(const std::string& path, c10::Device device, int steps, const
   }
 }
 
+// Where the steps ran.
+struct Place {
+  int ranks;
+  c10::Device device;
+  std::string gpu;  // "" on a CPU
+};
+
+// The header, a row per case and the speed ratios, on rank 0.
+void report(const BenchModel& bench, const StepOptions& options, const Place& place,
+            const std::vector<UpdateCase>& cases, const std::vector<double>& step_s, double flops) {
+  const bool tf32_note = options.use_cuda && options.precision == config::Precision::kFp32 && options.tf32;
+  std::printf("# bench step --update: %s, batch %lld per rank, %d rank(s) on %s%s%s, %s%s; whole optimizer "
+              "steps (train::Step, AdamW), one model per case\n"
+              "# %.4g GFLOP per sample trained (3x forward); median of %d timed steps after 3 untimed, "
+              "timed in turn, slowest rank\n",
+              config::name_of(bench.config.name), static_cast<long long>(options.batch), place.ranks,
+              place.device.str().c_str(), place.gpu.empty() ? "" : " ", place.gpu.c_str(),
+              options.precision_name.c_str(), tf32_note ? " (TF32)" : "", flops / 1e9, options.steps);
+  const StepTable table(bench.spec, options.batch, place.ranks, flops,
+                        train::resolve_peak_flops(0, place.gpu, options.precision, options.tf32));
+  table.print_header();
+  for (size_t c = 0; c < cases.size(); ++c) table.row(cases[c].name, step_s[c], true);
+  std::printf("multi-tensor / per tensor speed: %.3f\n", step_s[0] / step_s[1]);
+  if (cases.size() > 2) std::printf("CUDA graph / multi-tensor speed: %.3f\n", step_s[1] / step_s[2]);
+}
+
 }  // namespace
 
 int bench_update_step(const config::ParsedArgs& parsed, const BenchModel& bench, const StepOptions& options) {
@@ -104,22 +130,8 @@ int bench_update_step(const config::ParsedArgs& parsed, const BenchModel& bench,
   for (const auto& s : seconds) step_s.push_back(slowest_rank(*bootstrap, median(s)));
   if (bootstrap->world_rank() == 0) {
     const std::string gpu = options.use_cuda ? comm::gpu_name(device.index()) : "";
-    const double flops = steps.front()->training_flops().value_or(0.0);
-    std::printf("# bench step --update: %s, batch %lld per rank, %d rank(s) on %s%s%s, %s%s; whole optimizer "
-                "steps (train::Step, AdamW), one model per case\n"
-                "# %.4g GFLOP per sample trained (3x forward); median of %d timed steps after 3 untimed, "
-                "timed in turn, slowest rank\n",
-                config::name_of(bench.config.name), static_cast<long long>(options.batch), ranks.comm->size(),
-                device.str().c_str(), gpu.empty() ? "" : " ", gpu.c_str(), options.precision_name.c_str(),
-                options.use_cuda && options.precision == config::Precision::kFp32 ? (options.tf32 ? " (TF32)" : "")
-                                                                                  : "",
-                flops / 1e9, options.steps);
-    const StepTable table(bench.spec, options.batch, ranks.comm->size(), flops,
-                          train::resolve_peak_flops(0, gpu, options.precision, options.tf32));
-    table.print_header();
-    for (size_t c = 0; c < cases.size(); ++c) table.row(cases[c].name, step_s[c], true);
-    std::printf("multi-tensor / per tensor speed: %.3f\n", step_s[0] / step_s[1]);
-    if (graphs) std::printf("CUDA graph / multi-tensor speed: %.3f\n", step_s[1] / step_s[2]);
+    const double flops = steps.front()->training_flops().value_or(0);
+    report(bench, options, {ranks.comm->size(), device, gpu}, cases, step_s, flops);
     if (!profile.empty()) std::printf("profile of 3 multi-tensor steps: %s\n", profile.c_str());
     if (gpu_memory >= 0) std::printf("GPU memory in use (driver's count): %.0f MiB\n", gpu_memory / 1048576.0);
   }

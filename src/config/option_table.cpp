@@ -465,8 +465,9 @@ std::vector<Option> build_table() {
           "after a slower first one per shape; results may then differ in the last bits from "
           "run to run. No effect on a CPU."),
       row("train.cuda_graphs", &C::train, &TrainConfig::cuda_graphs, "false",
-          "On a GPU, capture each micro-batch's forward and backward as a CUDA graph at the second "
-          "step and replay it after: one launch instead of hundreds of kernels. A batch of another "
+          "On a GPU, capture a micro-batch's forward and backward as a CUDA graph at the first step "
+          "without padding from the second on, and replay it after: one launch instead of hundreds "
+          "of kernels. A batch of another "
           "shape or sample count runs eagerly. Refused for now with more than one rank, "
           "dist.zero_stage > 0, dynamic loss scaling (fp16's default), model.activation_checkpointing "
           "and the diffusion objective (docs/distributed.md, \"GPU math: TF32, cuDNN, CUDA graphs\")."),

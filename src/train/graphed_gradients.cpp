@@ -20,7 +20,8 @@ namespace hpctrain::train {
 
 std::string GraphedGradients::refusal(const config::Config& config, int world, c10::Device device) {
   if (!CapturedWork::available()) {
-    return "this hpctrain was built without CUDA graphs (a CPU libtorch, or -DHPCTRAIN_WITH_CUDA_GRAPHS=OFF)";
+    return "this hpctrain was built without CUDA graphs (a CPU libtorch, no CUDA toolkit found, or "
+           "-DHPCTRAIN_WITH_CUDA_GRAPHS=OFF)";
   }
   if (!device.is_cuda()) return "CUDA graphs need a GPU (dist.device=cuda)";
   if (world > 1) {
@@ -28,8 +29,8 @@ std::string GraphedGradients::refusal(const config::Config& config, int world, c
   }
   if (config.dist.zero_stage > 0) return "it does not work with dist.zero_stage > 0 yet";
   if (uses_loss_scaling(config.train)) {
-    return "dynamic loss scaling (train.loss_scale, fp16's default) changes the scale between steps, and a graph "
-           "would keep the first";
+    return "dynamic loss scaling (train.loss_scale, fp16's default) changes the scale between steps, and a "
+           "graph would keep the first";
   }
   if (config.model.activation_checkpointing) {
     return "model.activation_checkpointing saves and restores random-generator states on the host";
@@ -69,7 +70,8 @@ void GraphedGradients::capture(const data::Batch& batch, std::int64_t step_real,
             batch.input.size(0), c10::str(batch.input.sizes()));
 }
 
-at::Tensor GraphedGradients::run(const data::Batch& batch, std::int64_t step_real, bool full, const Compute& compute) {
+at::Tensor GraphedGradients::run(const data::Batch& batch, std::int64_t step_real, bool full,
+                                 const Compute& compute) {
   if (graph_ && fits(batch, step_real)) {
     ++replays_;
     static_batch_.input.copy_(batch.input, /*non_blocking=*/true);

@@ -18,7 +18,6 @@ namespace {
 
 namespace optim = torch::optim;
 
-
 // What AdamW::step does at a parameter's first step: step 0, zero moments.
 template <typename States>
 optim::AdamWParamState& state_of(States& states, const at::Tensor& p) {

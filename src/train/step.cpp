@@ -173,9 +173,9 @@ at::Tensor Step::compute_gradients(const data::Batch& batch, std::int64_t step_r
   return (losses.detach() * batch.weight).sum();
 }
 
-// A graph accumulates into the gradients it captured, so with one they are zeroed where they are.
 std::int64_t Step::cuda_graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
 
+// A graph accumulates into the gradients it captured, so with one they are zeroed where they are.
 void Step::zero_grad() {
   if (!graphs_) return update_->zero_grad();
   std::vector<at::Tensor> gradients;
