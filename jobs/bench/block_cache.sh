@@ -18,8 +18,7 @@ bench_options "$0" "pairs np stage bin out" "$@"
 bench_need_binary "$0" "$bin"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 mkdir -p "$out"
-[ -f "$out/fashion-mnist/manifest.json" ] ||
-  "$bin" prepare fashion-mnist --source /usr/share/datasets/fashion-mnist --out "$out/fashion-mnist" >/dev/null
+bench_fashion_mnist "$bin" "$out/fashion-mnist"
 results="$out/results.tsv"
 : > "$results"
 

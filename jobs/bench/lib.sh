@@ -4,6 +4,7 @@
 #                                         name (dashes as underscores) is a NAME; --help prints
 #                                         SCRIPT's header comment; anything else is an error (exit 2)
 #   bench_need_binary SCRIPT BIN          exits 2 unless BIN is an executable
+#   bench_fashion_mnist BIN DIR           Debian's Fashion-MNIST prepared into DIR, unless it is there
 
 bench_options() {
   local script=$1 names=" $2 " variable
@@ -27,4 +28,9 @@ bench_options() {
 
 bench_need_binary() {
   [ -x "$2" ] || { echo "$(basename "$1"): no hpctrain binary at $2 (jobs/build.sh, or --bin PATH)" >&2; exit 2; }
+}
+
+bench_fashion_mnist() {
+  [ -f "$2/manifest.json" ] ||
+    "$1" prepare fashion-mnist --source /usr/share/datasets/fashion-mnist --out "$2" >/dev/null
 }

@@ -25,8 +25,7 @@ bench_need_binary "$0" "$bin"
 bin=$(realpath "$bin")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$out"
-[ -f "$out/fashion/manifest.json" ] ||
-  "$bin" prepare fashion-mnist --source /usr/share/datasets/fashion-mnist --out "$out/fashion" >/dev/null
+bench_fashion_mnist "$bin" "$out/fashion"
 
 train() {  # RUN_DIR EXTRA...: the run through run-local.sh, restarted once if it fails
   local dir=$1

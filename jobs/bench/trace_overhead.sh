@@ -18,8 +18,7 @@ bench_options "$0" "rounds steps np bin out" "$@"
 bench_need_binary "$0" "$bin"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 mkdir -p "$out"
-[ -f "$out/fashion/manifest.json" ] ||
-  "$bin" prepare fashion-mnist --source /usr/share/datasets/fashion-mnist --out "$out/fashion" >/dev/null
+bench_fashion_mnist "$bin" "$out/fashion"
 
 median_step_ms() { /usr/bin/python3 -c '
 import json, statistics, sys
