@@ -1,10 +1,8 @@
 #include "hpctrain/model/autocast.h"
 
 #include <ATen/autocast_mode.h>
-#include <torch/version.h>
 
-#define HT_TORCH_AT_LEAST(major, minor) \
-  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+#include "hpctrain/model/torch_version.h"
 
 namespace hpctrain::model {
 namespace {

@@ -56,11 +56,10 @@ void GraphedGradients::capture(const data::Batch& batch, std::int64_t step_real,
   static_batch_.target = batch.target.clone();
   if (batch.weight.defined()) static_batch_.weight = batch.weight.clone();
   step_real_ = step_real;
-  compute_ = compute;
   loss_sum_ = torch::zeros({}, torch::dtype(torch::kFloat64).device(device_));
   try {
     graph_ = std::make_unique<CapturedWork>(
-        device_, [this] { loss_sum_.copy_(compute_(static_batch_, step_real_)); }, /*warmup=*/1);
+        device_, [&] { loss_sum_.copy_(compute(static_batch_, step_real_)); }, /*warmup=*/1);
   } catch (const c10::Error& e) {
     throw ConfigError(std::string("train.cuda_graphs=true: the forward and backward could not be captured (") +
                       e.what_without_backtrace() + "); set train.cuda_graphs=false");

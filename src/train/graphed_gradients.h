@@ -35,7 +35,6 @@ class GraphedGradients {
   // captured when none does yet and `full` (no padding anywhere in the step, so the graph fits
   // the steps that follow; the capture follows one real run of `compute`); else eager.
   at::Tensor run(const data::Batch& batch, std::int64_t step_real, bool full, const Compute& compute);
-  bool captured() const { return graph_ != nullptr; }
   std::int64_t replays() const { return replays_; }
 
  private:
@@ -43,7 +42,6 @@ class GraphedGradients {
   void capture(const data::Batch& batch, std::int64_t step_real, const Compute& compute);
 
   c10::Device device_;
-  Compute compute_;  // the captured micro-batch's
   std::unique_ptr<CapturedWork> graph_;
   data::Batch static_batch_;  // what the graph reads: each replay's batch is copied in first
   std::int64_t step_real_ = 0;

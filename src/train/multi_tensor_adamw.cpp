@@ -1,17 +1,14 @@
 #include "hpctrain/train/multi_tensor_adamw.h"
 
 #include <ATen/ATen.h>
-#include <torch/version.h>
 
 #include <cmath>
 #include <map>
 #include <tuple>
 
 #include "hpctrain/core/error.h"
+#include "hpctrain/model/torch_version.h"
 #include "optimizer_state_key.h"
-
-#define HT_TORCH_AT_LEAST(major, minor) \
-  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 namespace hpctrain::train {
 namespace {
@@ -47,12 +44,13 @@ MultiTensorKernel MultiTensorAdamW::kernel_for(const c10::Device& device) {
 }
 
 std::vector<MultiTensorAdamW::Batch> MultiTensorAdamW::batches_of(optim::OptimizerParamGroup& group) {
-  std::map<std::tuple<std::string, int, std::int64_t>, Batch> by_kind;
+  std::map<std::tuple<int, int, int, std::int64_t>, Batch> by_kind;  // device type and index, dtype, step
   for (const at::Tensor& p : group.params()) {
     if (!p.grad().defined()) continue;
     optim::AdamWParamState& held = state_of(state(), p);
     held.step(held.step() + 1);
-    Batch& batch = by_kind[{p.device().str(), static_cast<int>(p.scalar_type()), held.step()}];
+    Batch& batch = by_kind[{static_cast<int>(p.device().type()), p.device().index(), static_cast<int>(p.scalar_type()),
+                            held.step()}];
     batch.step = held.step();
     batch.params.push_back(p);
     batch.grads.push_back(p.grad());
@@ -65,7 +63,7 @@ std::vector<MultiTensorAdamW::Batch> MultiTensorAdamW::batches_of(optim::Optimiz
 }
 
 void MultiTensorAdamW::update(const Batch& batch, const optim::AdamWOptions& options) const {
-  const MultiTensorKernel kernel = forced_set_ ? forced_ : kernel_for(batch.params.front().device());
+  const MultiTensorKernel kernel = forced_.value_or(kernel_for(batch.params.front().device()));
   if (kernel == MultiTensorKernel::kFused) return update_fused(batch, options);
   // A chunk of tensors at a time: the foreach operations' temporaries are as large as the chunk.
   for (size_t first = 0, end = 0; first < batch.params.size(); first = end) {

@@ -97,10 +97,10 @@ StepResult Step::run(const std::vector<data::Batch>& micro_batches, const StepPl
   // (all ranks, all micro-batches), so the accumulated, averaged gradient is the mean over the
   // step's real samples, as one process on the whole global batch would compute it.
   std::int64_t step_real = 0;
-  step_full_ = true;  // no padding on any rank: the steps that follow look alike
+  bool full = true;
   for (const data::Batch& batch : micro_batches) {
     step_real += batch.global_real;
-    step_full_ = step_full_ && batch.global_real == batch.input.size(0) * comm_.size();
+    full = full && batch.global_real == batch.input.size(0) * comm_.size();
   }
   StepResult result;
   result.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device_));
@@ -110,7 +110,7 @@ StepResult Step::run(const std::vector<data::Batch>& micro_batches, const StepPl
   for (size_t b = 0; b < buffers_.size(); ++b) buffers_before_step_[b].copy_(buffers_[b]);
   zero_grad();
   for (size_t j = 0; j < micro_batches.size(); ++j) {
-    forward_backward(micro_batches[j], j + 1 == micro_batches.size(), step_real, result);
+    forward_backward(micro_batches[j], j + 1 == micro_batches.size(), step_real, full, result);
   }
   const Timer reducing;
   {
@@ -141,13 +141,13 @@ void Step::with_evaluated_weights(const std::function<void()>& use) {
   average_->with_averaged_weights(use, [this] { update_->owned_weights_changed(); });
 }
 
-void Step::forward_backward(const data::Batch& batch, bool last_micro_batch, std::int64_t step_real,
+void Step::forward_backward(const data::Batch& batch, bool last_micro_batch, std::int64_t step_real, bool full,
                             StepResult& result) {
   update_->begin_backward(last_micro_batch);
   // The first step runs eagerly: it counts the FLOPs and makes the libraries' handles.
   const auto compute = [this](const data::Batch& b, std::int64_t real) { return compute_gradients(b, real); };
   if (graphs_ && count_ > 0) {
-    result.loss_sum += graphs_->run(batch, step_real, step_full_, compute);
+    result.loss_sum += graphs_->run(batch, step_real, full, compute);
   } else {
     result.loss_sum += compute(batch, step_real);
   }

@@ -8,6 +8,7 @@
 
 #include <torch/optim/adamw.h>
 
+#include <optional>
 #include <vector>
 
 namespace hpctrain::train {
@@ -23,10 +24,7 @@ class MultiTensorAdamW : public torch::optim::AdamW {
 
   // The kernel step() uses for parameters on `device`; kForeach can be forced for tests.
   static MultiTensorKernel kernel_for(const c10::Device& device);
-  void force_kernel(MultiTensorKernel kernel) {
-    forced_ = kernel;
-    forced_set_ = true;
-  }
+  void force_kernel(MultiTensorKernel kernel) { forced_ = kernel; }
   // Elements per chunk of the foreach operations (16 Mi, 64 MiB of float32); smaller for tests.
   void set_chunk_elements(std::int64_t elements) { chunk_elements_ = elements; }
 
@@ -43,8 +41,7 @@ class MultiTensorAdamW : public torch::optim::AdamW {
                              at::TensorList exp_avg_sqs, std::int64_t step,
                              const torch::optim::AdamWOptions& options);
 
-  MultiTensorKernel forced_ = MultiTensorKernel::kForeach;
-  bool forced_set_ = false;
+  std::optional<MultiTensorKernel> forced_;
   std::int64_t chunk_elements_ = std::int64_t{16} << 20;
 };
 

@@ -93,7 +93,8 @@ class Step {
   std::int64_t cuda_graph_replays() const;
 
  private:
-  void forward_backward(const data::Batch& batch, bool last_micro_batch, std::int64_t step_real,
+  // `full`: no micro-batch of the step holds padding on any rank.
+  void forward_backward(const data::Batch& batch, bool last_micro_batch, std::int64_t step_real, bool full,
                         StepResult& result);
   // The micro-batch's forward and backward; returns its weighted loss sum.
   at::Tensor compute_gradients(const data::Batch& batch, std::int64_t step_real);
@@ -113,7 +114,6 @@ class Step {
   std::optional<LossScaler> loss_scaler_;
   std::optional<WeightAverage> average_;
   std::unique_ptr<GraphedGradients> graphs_;  // train.cuda_graphs
-  bool step_full_ = true;                     // this step's micro-batches hold no padding
   SkippedSteps skipped_;
   std::int64_t count_ = 0;
   bool flops_counted_ = false;
