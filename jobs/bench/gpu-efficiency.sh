@@ -8,6 +8,9 @@
 # `bench step --update` of the same network. docs/benchmarks.md, "GPU efficiency", reads the
 # summary rows.
 
+# bench step --update on GPT-2 small in bf16, as every case here runs it.
+gpt2_update=(bench step --model gpt --device cuda --precision bf16 --update)
+
 # The row of `case` in a bench step table: "ms samples/s tokens/s TFLOP/s MFU".
 bench_row() { grep "^$2 " "$out/$1.log" | sed "s/^$2 *//" | tr -s ' '; }
 # A field of torch_step.py's JSON line.
@@ -50,15 +53,14 @@ print(f"tokens/s: multi-tensor {f/e:.3f}x eager, {f/c:.3f}x compile; CUDA graph 
 # bench step --update at batch $1 (with a profile at batch 8): three summary rows.
 update_case() {
   local batch=$1
-  local gpt2=(bench step --model gpt --device cuda --precision bf16 --update)
   local profile=()
   [ "$batch" = 8 ] && profile=(--profile "$out/profile_b8.json")
-  run_step "update_b$batch" 120 "${launch[@]}" "$bin" "${gpt2[@]}" --cuda-graphs --batch-size "$batch" --steps 60 "${profile[@]}"
+  run_step "update_b$batch" 120 "${launch[@]}" "$bin" "${gpt2_update[@]}" --cuda-graphs --batch-size "$batch" --steps 60 "${profile[@]}"
   if [ "$status" != PASS ]; then
     # Without the graph and the profile, so that one failing does not lose the other rows.
     record "gpt2 bf16 b$batch graph+profile" "$status" "$seconds" "$(grep -m1 'error' "$out/update_b$batch.log")"
     mv "$out/update_b$batch.log" "$out/update_b$batch.failed.log"
-    run_step "update_b$batch" 120 "${launch[@]}" "$bin" "${gpt2[@]}" --batch-size "$batch" --steps 60
+    run_step "update_b$batch" 120 "${launch[@]}" "$bin" "${gpt2_update[@]}" --batch-size "$batch" --steps 60
   fi
   local graph="step, multi-tensor + CUDA graph"
   record "gpt2 bf16 b$batch per tensor" "$status" "$seconds" "$(bench_row "update_b$batch" "step, AdamW per tensor")"
@@ -80,7 +82,6 @@ torch_case() {
 # (async with train.cuda_graphs); with all three, also against bench step --update of the same
 # network.
 loop_cases() {
-  local gpt2=(bench step --model gpt --device cuda --precision bf16 --update)
   run_step prepare_text_gpt2 60 "$bin" prepare text --source "$text" --out "$out/text-gpt2"
   local loop=(train --config configs/text_gpt.ini --data.path="$out/text-gpt2" --data.eval_split= --dist.device=cuda
               --dist.backend=nccl --model.gpt_layers=12 --model.gpt_heads=12 --model.gpt_embd=768
@@ -102,7 +103,7 @@ loop_cases() {
       "$rate tokens/s, data_ms $(last_value "$out/run-gpt2-$how/metrics.jsonl" data_ms), MFU $(last_value "$out/run-gpt2-$how/metrics.jsonl" mfu); checkpoint waits: $waited"
   done
   [ $# -eq 3 ] || return 0
-  run_step update_v256 90 "${launch[@]}" "$bin" "${gpt2[@]}" --cuda-graphs --batch-size 8 --steps 40 --vocab 256
+  run_step update_v256 90 "${launch[@]}" "$bin" "${gpt2_update[@]}" --cuda-graphs --batch-size 8 --steps 40 --vocab 256
   record "loop against bench step" PASS 0 "$(python3 -c 'import sys
 a, s, g, bf, bg = (float(x) if x not in ("", "none") else float("nan") for x in sys.argv[1:])
 print(f"async {a/bf:.3f}x, sync {s/bf:.3f}x of multi-tensor; graphs {g/bg:.3f}x of the CUDA-graph row")' \

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,8 +36,6 @@ BenchModel bench_model(const config::ParsedArgs& parsed);
 
 // `bench step --zero-stage S` (bench_sharded_step.cpp): whole optimizer steps with `dist.zero_stage`
 // S and the memory they hold.
-int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench);
-
 // bench step's flags for the step itself, checked.
 struct StepOptions {
   std::int64_t batch = 0;
@@ -49,9 +48,15 @@ struct StepOptions {
 };
 StepOptions step_options(const config::ParsedArgs& parsed, const BenchModel& bench);
 
+int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench, const StepOptions& options);
+
 // `bench step --update` (bench_update_step.cpp): whole optimizer steps with AdamW per tensor, as
 // multi-tensor kernels, and with --cuda-graphs from a CUDA graph, timed in turn.
 int bench_update_step(const config::ParsedArgs& parsed, const BenchModel& bench, const StepOptions& options);
+
+// The Config a train::Step needs for the benchmarked model: the defaults, `options` ("section.key"
+// -> value; checked as a config file's are) and `bench`'s model.
+config::Config step_config(const BenchModel& bench, const std::map<std::string, std::string>& options);
 
 // One micro-batch of random data for this rank, finished as a Source finishes it.
 data::Batch random_batch(const model::ModelSpec& spec, std::int64_t batch, int ranks, c10::Device device);

@@ -17,35 +17,21 @@
 #include "runtime.h"
 
 namespace hpctrain::cli {
-namespace {
 
-// The Config a Step needs, for the benchmarked model and options.
-config::Config step_config(const BenchModel& bench, std::int64_t stage, const std::string& optimizer,
-                           std::int64_t bucket_mb) {
-  config::Config config = config::resolve("", {{"data.path", "/unused"},
-                                               {"dist.zero_stage", std::to_string(stage)},
-                                               {"dist.bucket_mb", std::to_string(bucket_mb)},
-                                               {"optim.name", optimizer},
-                                               {"optim.momentum", "0.9"}});
-  config.model = bench.config;
-  return config;
-}
-
-}  // namespace
-
-int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench) {
+int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench, const StepOptions& options) {
   const std::int64_t stage = int_flag(parsed, "bench step", "zero-stage", "0");
   const std::string optimizer = text_flag(parsed, "optimizer", "adamw");
-  const std::int64_t batch = int_flag(parsed, "bench step", "batch-size", std::to_string(bench.default_batch));
-  const auto steps = static_cast<int>(int_flag(parsed, "bench step", "steps", "20"));
-  const std::int64_t bucket_mb = int_flag(parsed, "bench step", "bucket-mb", "25");
-  if (batch < 1 || steps < 1 || bucket_mb < 1) {
-    throw ConfigError("bench step: --batch-size, --steps and --bucket-mb must be >= 1");
-  }
-  if (text_flag(parsed, "device", "cpu") != "cpu") {
+  const std::int64_t batch = options.batch;
+  const int steps = options.steps;
+  const std::int64_t bucket_mb = options.bucket_mb;
+  if (options.use_cuda) {
     throw ConfigError("bench step --zero-stage runs on --device cpu only so far");
   }
-  const config::Config config = step_config(bench, stage, optimizer, bucket_mb);  // checks the stage and optimizer
+  // Checks the stage and the optimizer.
+  const config::Config config = step_config(bench, {{"dist.zero_stage", std::to_string(stage)},
+                                                    {"dist.bucket_mb", std::to_string(bucket_mb)},
+                                                    {"optim.name", optimizer},
+                                                    {"optim.momentum", "0.9"}});
   const Ranks ranks = start_ranks(bench_start(false, config::Backend::kAuto));
   const auto& bootstrap = ranks.bootstrap;
   const auto& comm = ranks.comm;

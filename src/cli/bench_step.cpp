@@ -98,6 +98,14 @@ std::vector<std::vector<double>> time_in_turn(c10::Device device, int steps,
   return seconds;
 }
 
+config::Config step_config(const BenchModel& bench, const std::map<std::string, std::string>& options) {
+  std::map<std::string, std::string> all{{"data.path", "/unused"}};
+  all.insert(options.begin(), options.end());
+  config::Config config = config::resolve("", all);
+  config.model = bench.config;
+  return config;
+}
+
 data::Batch random_batch(const model::ModelSpec& spec, std::int64_t batch, int ranks, c10::Device device) {
   const auto on_device = torch::TensorOptions().device(device);
   std::vector<std::int64_t> shape{batch};
@@ -231,9 +239,9 @@ int bench_step(const config::ParsedArgs& parsed) {
     for (const char* flag : {"update", "cuda-graphs", "profile"}) {
       if (parsed.has(flag)) throw ConfigError(std::string("bench step: --") + flag + " does not go with --zero-stage");
     }
-    return bench_sharded_step(parsed, bench);
   }
   const StepOptions options = step_options(parsed, bench);
+  if (parsed.has("zero-stage")) return bench_sharded_step(parsed, bench, options);
   if (parsed.has("update")) return bench_update_step(parsed, bench, options);
   const model::ModelSpec& spec = bench.spec;
   const std::int64_t batch = options.batch;

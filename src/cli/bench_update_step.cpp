@@ -33,16 +33,13 @@ struct UpdateCase {
   bool cuda_graphs;
 };
 
-config::Config case_config(const BenchModel& bench, const UpdateCase& how, config::Precision precision, bool tf32,
-                           bool use_cuda) {
-  config::Config config = config::resolve("", {{"data.path", "/unused"},
-                                               {"optim.name", "adamw"},
-                                               {"optim.fused", how.fused ? "true" : "false"},
-                                               {"train.cuda_graphs", how.cuda_graphs ? "true" : "false"},
-                                               {"train.tf32", tf32 ? "true" : "false"},
-                                               {"dist.device", use_cuda ? "cuda" : "cpu"}});
-  config.model = bench.config;
-  config.train.precision = precision;
+config::Config case_config(const BenchModel& bench, const UpdateCase& how, const StepOptions& options) {
+  config::Config config = step_config(bench, {{"optim.name", "adamw"},
+                                              {"optim.fused", how.fused ? "true" : "false"},
+                                              {"train.cuda_graphs", how.cuda_graphs ? "true" : "false"},
+                                              {"train.tf32", options.tf32 ? "true" : "false"},
+                                              {"dist.device", options.use_cuda ? "cuda" : "cpu"}});
+  config.train.precision = options.precision;
   return config;
 }
 
@@ -113,7 +110,7 @@ int bench_update_step(const config::ParsedArgs& parsed, const BenchModel& bench,
   std::vector<std::unique_ptr<train::Step>> steps;
   for (const UpdateCase& how : cases) {
     torch::manual_seed(7);  // every case starts from the same weights
-    const config::Config config = case_config(bench, how, options.precision, options.tf32, options.use_cuda);
+    const config::Config config = case_config(bench, how, options);
     steps.push_back(std::make_unique<train::Step>(model::make_model(config.model, bench.spec), config, *ranks.comm,
                                                   device));
   }
