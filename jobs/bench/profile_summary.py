@@ -13,9 +13,11 @@ Chrome trace-event JSON): where a training step's time goes on the GPU and on th
 Figures are per step: totals divided by --steps (the profile's step count, 3 by default).
 
 usage: profile_summary.py TRACE.json [--steps 3] [--json]
+exit: 0 done; 2 the trace cannot be read or has no GPU work; 141 the reader closed the pipe.
 """
 import argparse
 import json
+import os
 import re
 import sys
 
@@ -122,10 +124,16 @@ def main():
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"profile_summary: error: {args.trace}: {e}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        print_table(summary)
+    try:
+        if args.json:
+            print(json.dumps(summary))
+        else:
+            print_table(summary)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader stopped early (`| head`): no traceback, and no second error at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return 0
 
 

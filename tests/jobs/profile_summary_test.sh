@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ctest `jobs_profile_summary`: jobs/bench/profile_summary.py on a small trace whose figures are
 # known by hand (two steps: three kernels and a copy, one overlap, one 20 us gap and one 5 us gap
-# per step), and one error line, exit 2, for a trace without GPU work.
+# per step); exit 141 and no traceback when its reader has gone; and one error line, exit 2, for a
+# trace without GPU work.
 #   tests/jobs/profile_summary_test.sh SOURCE_DIR
 set -uo pipefail
 source_dir=$(realpath "${1:?usage: profile_summary_test.sh SOURCE_DIR}")
@@ -42,11 +43,23 @@ assert near(s["kernel_ms_by_kind"]["copies and fills"], 0.005), s
 assert near(s["kernels_per_step"], 3), s
 assert near(s["launches_per_step"], 0.5) and near(s["host_wait_ms"], 0.075), s
 PY
-python3 "$source_dir/jobs/bench/profile_summary.py" "$work/trace.json" --steps 2 | grep -q "GPU time by kind" ||
-  fail "the table has no 'GPU time by kind'"
+# To a file, not a pipe: `grep -q` may close the pipe while the table is still being printed.
+python3 "$source_dir/jobs/bench/profile_summary.py" "$work/trace.json" --steps 2 > "$work/table.txt" ||
+  fail "profile_summary.py failed on the table: $(cat "$work/table.txt")"
+grep -q "GPU time by kind" "$work/table.txt" || fail "the table has no 'GPU time by kind': $(cat "$work/table.txt")"
+# A reader that is gone (`| head` done) ends the report quietly with 141, as a killed pipe would.
+python3 - "$source_dir/jobs/bench/profile_summary.py" "$work/trace.json" > "$work/closed.txt" 2>&1 <<'PY' ||
+import os, subprocess, sys
+read_end, write_end = os.pipe()
+os.close(read_end)
+done = subprocess.run([sys.executable, sys.argv[1], sys.argv[2]], stdout=write_end, stderr=subprocess.PIPE)
+assert done.returncode == 141 and not done.stderr, (done.returncode, done.stderr)
+PY
+  fail "a closed pipe: $(cat "$work/closed.txt")"
 echo '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 10}]}' > "$work/cpu.json"
 python3 "$source_dir/jobs/bench/profile_summary.py" "$work/cpu.json" > "$work/out.txt" 2>&1
 status=$?
 [ "$status" -eq 2 ] || fail "a trace without GPU work exited $status, not 2"
 [ "$(grep -c '^profile_summary: error:' "$work/out.txt")" -eq 1 ] || fail "expected one error line: $(cat "$work/out.txt")"
-echo "profile_summary_test: busy time, gaps, kinds, launches and waits as counted by hand; a CPU trace is one error line, exit 2"
+echo "profile_summary_test: busy time, gaps, kinds, launches and waits as counted by hand; a closed pipe is exit 141;" \
+  "a CPU trace is one error line, exit 2"
