@@ -90,7 +90,9 @@ run_step() {
   tail -n 25 "$out/$name.log"
 }
 
-launch=(mpirun -np 1)
+# Unbound, as jobs/run-local.sh starts a GPU rank and as torch_step.py runs: mpirun would bind a
+# lone rank to one core, shared by the kernel launches, the data reader and a checkpoint writer.
+launch=(mpirun -np 1 --bind-to none)
 command -v mpirun >/dev/null || launch=()
 # A GPU of hpctrain's peak table, on which every CUDA run must report an MFU.
 known_gpu() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -qE 'A100|H100|H200|B200'; }
