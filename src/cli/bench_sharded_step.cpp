@@ -31,7 +31,8 @@ int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench
   const config::Config config = step_config(bench, {{"dist.zero_stage", std::to_string(stage)},
                                                     {"dist.bucket_mb", std::to_string(bucket_mb)},
                                                     {"optim.name", optimizer},
-                                                    {"optim.momentum", "0.9"}});
+                                                    {"optim.momentum", "0.9"},
+                                                    {"train.precision", options.precision_name}});
   const Ranks ranks = start_ranks(bench_start(false, config::Backend::kAuto));
   const auto& bootstrap = ranks.bootstrap;
   const auto& comm = ranks.comm;
@@ -52,10 +53,11 @@ int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench
   const train::HeldBytes held = step.held_bytes();
   if (bootstrap->world_rank() == 0) {
     constexpr double kMiB = 1 << 20;
-    std::printf("# bench step --zero-stage %lld: %s, %s, batch %lld per rank, %d rank(s), buckets of %lld MiB; "
+    std::printf("# bench step --zero-stage %lld: %s, %s, %s, batch %lld per rank, %d rank(s), buckets of %lld MiB; "
                 "median of %d timed steps after 1 untimed, slowest rank\n",
                 static_cast<long long>(stage), config::name_of(config.model.name), optimizer.c_str(),
-                static_cast<long long>(batch), comm->size(), static_cast<long long>(bucket_mb), steps);
+                config::name_of(config.train.precision), static_cast<long long>(batch), comm->size(),
+                static_cast<long long>(bucket_mb), steps);
     std::printf("optimizer step ms %.3f\n", step_s * 1e3);
     std::printf("held MiB per rank: parameters %.1f gradients %.1f optimizer %.1f\n", held.parameters / kMiB,
                 held.gradients / kMiB, held.optimizer_state / kMiB);

@@ -5,7 +5,8 @@
 // -np 1 to the bit; a gpt checkpoint written in shards resumes 4 -> 3 -> 2 ranks and stage
 // 2 -> 3 -> 0 near an uninterrupted run; a sharded checkpoint is verified, inspected, exported and
 // evaluated like any other, and written in the background (ckpt.async) equals a checkpoint written
-// in the foreground; what cannot work is refused in one line.
+// in the foreground; what cannot work is refused in one line; `bench step --zero-stage` reports
+// each stage's share at the precision asked for.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -251,6 +252,31 @@ TEST_F(ZeroEndToEnd, ShardedCheckpointsWrittenInTheBackgroundEqualWaitedOnesAndA
     left.push_back(entry.path().filename().string());
   }
   EXPECT_TRUE(left.empty()) << "published or left behind: " << left.front();
+}
+
+// `bench step --zero-stage S` times sharded steps at the --precision asked for, and reports what
+// each rank holds: at stage 2 on 2 ranks, half the AdamW state and half the gradients of stage 0.
+TEST_F(ZeroEndToEnd, BenchStepTimesShardedStepsAtTheGivenPrecision) {
+  const std::string bench = mpirun(2) + kBin + " bench step --model gpt --layers 2 --heads 4 --embd 256 --vocab 256" +
+                            " --block-size 32 --batch-size 2 --steps 2 --precision bf16 --zero-stage ";
+  std::map<int, std::vector<double>> held;  // stage -> parameters, gradients, optimizer (MiB per rank)
+  for (const int stage : {0, 2}) {
+    const ProcessResult r = run_command(bench + std::to_string(stage));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("# bench step --zero-stage " + std::to_string(stage) + ": gpt, adamw, bf16, batch 2"),
+              std::string::npos)
+        << r.out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.out, m, std::regex("held MiB per rank: parameters ([0-9.]+) gradients ([0-9.]+) "
+                                                       "optimizer ([0-9.]+)")))
+        << r.out;
+    held[stage] = {std::stod(m[1]), std::stod(m[2]), std::stod(m[3])};
+    EXPECT_NE(r.out.find("\noptimizer step ms "), std::string::npos) << r.out;
+  }
+  EXPECT_GT(held[0][2], 10.0) << "AdamW's two moments of ~1.7 M parameters";
+  EXPECT_NEAR(held[2][2], held[0][2] / 2, 0.05 * held[0][2]);
+  EXPECT_NEAR(held[2][1], held[0][1] / 2, 0.05 * held[0][1]);
+  EXPECT_NEAR(held[2][0], held[0][0], 0.05 * held[0][0]) << "stage 2 keeps every parameter";
 }
 
 }  // namespace
