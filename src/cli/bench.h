@@ -6,12 +6,11 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <c10/core/Device.h>
-
-#include <optional>
 
 #include "hpctrain/comm/bootstrap.h"
 #include "hpctrain/config/parser.h"
@@ -34,8 +33,6 @@ struct BenchModel {
 };
 BenchModel bench_model(const config::ParsedArgs& parsed);
 
-// `bench step --zero-stage S` (bench_sharded_step.cpp): whole optimizer steps with `dist.zero_stage`
-// S and the memory they hold.
 // bench step's flags for the step itself, checked.
 struct StepOptions {
   std::int64_t batch = 0;
@@ -48,6 +45,8 @@ struct StepOptions {
 };
 StepOptions step_options(const config::ParsedArgs& parsed, const BenchModel& bench);
 
+// `bench step --zero-stage S` (bench_sharded_step.cpp): whole optimizer steps with `dist.zero_stage`
+// S and the memory they hold.
 int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench, const StepOptions& options);
 
 // `bench step --update` (bench_update_step.cpp): whole optimizer steps with AdamW per tensor, as
@@ -102,6 +101,11 @@ inline double slowest_rank(const comm::Bootstrap& bootstrap, double mine) {
 inline double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
+}
+
+// The slowest rank's median of `seconds` (collective).
+inline double slowest_median(const comm::Bootstrap& bootstrap, const std::vector<double>& seconds) {
+  return slowest_rank(bootstrap, median(seconds));
 }
 
 // Seconds of one pass of `work`, `repeats` times after one untimed pass.

@@ -47,7 +47,7 @@ int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench
   const std::vector<data::Batch> micro_batches{random_batch(bench.spec, batch, comm->size(), ranks.device)};
   ddp::trim_block_cache();  // as the trainer does before its first step
   const std::vector<double> seconds = time_passes(steps, [&] { step.run(micro_batches, {1e-4, false}); });
-  const double step_s = slowest_rank(*bootstrap, median(seconds));
+  const double step_s = slowest_median(*bootstrap, seconds);
   const double growth = slowest_rank(*bootstrap, static_cast<double>(sys::peak_rss_bytes() - rss_before));
   const double before = slowest_rank(*bootstrap, static_cast<double>(rss_before));
   const train::HeldBytes held = step.held_bytes();

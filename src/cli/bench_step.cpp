@@ -61,10 +61,6 @@ const char* const kStepUsage =
     "--profile FILE then writes a trace of 3 multi-tensor steps (Chrome trace-event JSON, from\n"
     "libtorch's profiler; jobs/bench/profile_summary.py sums it up).\n";
 
-double slowest_median(const comm::Bootstrap& bootstrap, const std::vector<double>& seconds) {
-  return slowest_rank(bootstrap, median(seconds));
-}
-
 // Step by step, a - b.
 std::vector<double> differences(const std::vector<double>& a, const std::vector<double>& b) {
   std::vector<double> out;
@@ -333,12 +329,11 @@ int bench_step(const config::ParsedArgs& parsed) {
                 flops_per_sample / 1e9, steps);
     const StepTable table(spec, batch, comm->size(), flops_per_sample, peak);
     table.print_header();
-    const auto row = [&](const char* name, double seconds, bool rate) { table.row(name, seconds, rate); };
-    row("forward+backward", compute_s, true);
-    row("one allreduce of all gradients", flat_s, false);
-    row("GradSync buckets alone", bucketed_s, false);
-    row("step, overlap off", step_s[0], true);
-    row("step, overlap on", step_s[1], true);
+    table.row("forward+backward", compute_s, true);
+    table.row("one allreduce of all gradients", flat_s, false);
+    table.row("GradSync buckets alone", bucketed_s, false);
+    table.row("step, overlap off", step_s[0], true);
+    table.row("step, overlap on", step_s[1], true);
     std::printf("exposed communication (step - forward+backward, timed in turn): overlap off %.3f ms, on %.3f ms\n",
                 exposed_s[0] * ms, exposed_s[1] * ms);
     std::printf("buckets / one allreduce: %.2f\n", bucketed_s / flat_s);

@@ -124,7 +124,7 @@ int bench_update_step(const config::ParsedArgs& parsed, const BenchModel& bench,
   const std::int64_t gpu_memory = options.use_cuda ? comm::gpu_memory_in_use_bytes(device.index()) : -1;
 
   std::vector<double> step_s;
-  for (const auto& s : seconds) step_s.push_back(slowest_rank(*bootstrap, median(s)));
+  for (const auto& s : seconds) step_s.push_back(slowest_median(*bootstrap, s));
   if (bootstrap->world_rank() == 0) {
     const std::string gpu = options.use_cuda ? comm::gpu_name(device.index()) : "";
     const double flops = steps.front()->training_flops().value_or(0);

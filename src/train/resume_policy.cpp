@@ -19,10 +19,12 @@ namespace {
 // checkpointing, how data is read, and how the ranks share the state (dist.zero_stage: the same
 // step, the additions perhaps in another order), none of which changes what is computed (nor do the
 // starting loss scale, since a resume continues the checkpoint's, what a non-finite step does,
-// the peak MFU is measured against, and the moving average kept beside the weights). The GPU's float32 shortcuts (TF32 rounds the inputs of
-// products to a 10-bit mantissa, about 1e-3 relative; cuDNN's algorithm choice) change results
-// slightly, as resuming on another GPU model does, not what is trained; so does optim.fused. The weights a run started
-// from (model.init_*) are the checkpoint's by now: a resume takes them from the checkpoint.
+// the peak MFU is measured against, and the moving average kept beside the weights). The GPU's
+// float32 shortcuts (TF32 rounds the inputs of products to a 10-bit mantissa, about 1e-3
+// relative; cuDNN's algorithm choice) change results slightly, as resuming on another GPU model
+// does, not what is trained; so does optim.fused, and train.cuda_graphs only changes how the same
+// kernels are launched. The weights a run started from (model.init_*) are the checkpoint's by
+// now: a resume takes them from the checkpoint.
 bool free_to_change(const std::string& key) {
   static const std::set<std::string> keys{
       "run.dir",           "train.epochs",          "train.max_steps",    "train.threads",

@@ -1,9 +1,10 @@
 // AdamW whose update runs as a few multi-tensor kernels over all parameters instead of about ten
 // kernels per parameter (optim.fused): on a GPU libtorch's fused AdamW kernel (libtorch 2.1 on),
 // else its _foreach_ operations, which compute what torch::optim::AdamW computes in the same
-// order, in chunks of at most 64 MiB so that their temporaries stay small. The state is torch::optim::AdamW's own
-// (AdamWParamState per parameter), so checkpoints, resumes and sharded optimizers see no
-// difference. AMSGrad is left to torch::optim::AdamW. Depends on torch's optimizers.
+// order, in chunks of at most 64 MiB so that their temporaries stay small. The state is
+// torch::optim::AdamW's own (AdamWParamState per parameter), so checkpoints, resumes and sharded
+// optimizers see no difference. AMSGrad is left to torch::optim::AdamW. Depends on torch's
+// optimizers.
 #pragma once
 
 #include <torch/optim/adamw.h>
