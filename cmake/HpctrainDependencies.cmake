@@ -28,29 +28,23 @@ find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.9 REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(PNG REQUIRED)  # hpctrain sample's images
-# TensorBoard's event files (src/train/tfevents.proto) need protobuf and protoc; a build without
-# them (a GPU machine with only a pip torch) writes no event files and says so at run time.
+# TensorBoard's event files (src/tensorboard/) need protobuf and protoc; a build without them
+# writes no event files and says so at run time. Their module never sees libtorch's include
+# directories, so a libtorch carrying protobuf headers of its own (pytorch.org's, pip's) is no
+# obstacle.
 find_package(Protobuf QUIET)
-# A pip libtorch carries protobuf headers of its own among its include directories, which come
-# first: code that the system's protoc generates does not compile against them.
-set(_torch_protobuf OFF)
-get_filename_component(_protobuf_dir "${Protobuf_INCLUDE_DIR}" REALPATH)
-foreach(_dir ${TORCH_INCLUDE_DIRS})
-  get_filename_component(_dir "${_dir}" REALPATH)
-  if(EXISTS "${_dir}/google/protobuf/message_lite.h" AND NOT _dir STREQUAL _protobuf_dir)
-    set(_torch_protobuf ON)
-  endif()
-endforeach()
-if(_torch_protobuf)
-  message(STATUS "TensorBoard event files: OFF (libtorch's include directory carries protobuf headers of its own)")
-  set(HPCTRAIN_HAVE_TENSORBOARD OFF)
-elseif(Protobuf_FOUND AND Protobuf_PROTOC_EXECUTABLE)
+if(Protobuf_FOUND AND Protobuf_PROTOC_EXECUTABLE)
   set(HPCTRAIN_HAVE_TENSORBOARD ON)
 else()
   set(HPCTRAIN_HAVE_TENSORBOARD OFF)
 endif()
-if(NOT _torch_protobuf)
-  message(STATUS "TensorBoard event files: ${HPCTRAIN_HAVE_TENSORBOARD} (protobuf and protoc)")
+message(STATUS "TensorBoard event files: ${HPCTRAIN_HAVE_TENSORBOARD} (protobuf and protoc)")
+# For tests/build/tensorboard_clash_test.sh: directories put before libtorch's include
+# directories, standing in for the protobuf headers of another version a pip libtorch has there.
+set(HPCTRAIN_TORCH_EXTRA_INCLUDE_DIRS "" CACHE STRING
+    "Tests only: include directories put before libtorch's (a stand-in for a pip libtorch's own headers)")
+if(HPCTRAIN_TORCH_EXTRA_INCLUDE_DIRS)
+  list(PREPEND TORCH_INCLUDE_DIRS ${HPCTRAIN_TORCH_EXTRA_INCLUDE_DIRS})
 endif()
 
 # Torch's exported target carries -D_GLIBCXX_USE_CXX11_ABI and its include dirs; wrap it so the

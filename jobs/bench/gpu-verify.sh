@@ -24,7 +24,8 @@
 #   configure+build, hpctrain --version, the unit, cli and mpi tests, bench comm (nccl and mpi),
 #   bench step (fashion_cnn on the GPU; GPT-2 small in fp32 (TF32) and bf16, each also timed in
 #   PyTorch eager by jobs/bench/torch_step.py), hpctrain doctor, bench data, fashion_cnn trained
-#   on the GPU with NCCL to >= 0.85 test accuracy, 100 steps on the GPU over the MPI backend with
+#   on the GPU with NCCL to >= 0.85 test accuracy (its TensorBoard event file read back by
+#   tests/support/read_tfevents.py), 100 steps on the GPU over the MPI backend with
 #   dist.sync_bn and two loader threads, resnet20 in fp32 and in bf16 (with background
 #   checkpoints), the byte-level gpt of configs/text_gpt.ini in fp32, bf16 and fp16 (with loss
 #   scaling, resumed once), `hpctrain generate` from the fp32 gpt on the GPU with and without the
@@ -208,6 +209,14 @@ if [ "$status" = PASS ] && ! python3 -c "import sys; sys.exit(0 if float('${acc:
 fi
 record "train fashion_cnn gpu+nccl" "$status" "$seconds" \
   "3 epochs, test_acc $acc, $(rate "$out/run-gpu/metrics.jsonl") samples/s (epochs 2-3)"
+
+# The GPU run's TensorBoard event file, read by the independent reader: a CUDA libtorch carries
+# protobuf headers of its own, which the writer's module never sees (docs/building.md).
+run_step tensorboard 30 python3 tests/support/read_tfevents.py "$out"/run-gpu/tensorboard/events.out.tfevents.*
+scalars=$(python3 -c 'import json,sys; e=json.loads(open(sys.argv[1]).read().split("\n", 1)[1])[0]
+print(sum(1 for x in e if "loss" in x.get("scalars", {})))' "$out/tensorboard.log" 2>/dev/null)
+if [ "$status" = PASS ] && [ "${scalars:-0}" -lt 1 ]; then status=FAIL; fi
+record "tensorboard event file" "$status" "$seconds" "${scalars:-0} events with a loss, every CRC checked"
 
 # The trained model taken to PyTorch: exported as a state_dict, loaded strictly into the same
 # network written in PyTorch, evaluated on the test set: the accuracy must match hpctrain's.

@@ -5,6 +5,8 @@
 #include <c10/core/GradMode.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -133,6 +135,36 @@ auto as_checkpoint_error(F&& body) {
   }
 }
 
+// The bytes of tensor data a checkpoint holds (what its file needs, metadata aside).
+std::int64_t data_bytes(const Checkpoint& checkpoint) {
+  std::int64_t bytes = 0;
+  for (const auto& [group, tensors] : checkpoint.groups) {
+    for (const auto& [name, tensor] : tensors) bytes += static_cast<std::int64_t>(tensor.nbytes());
+  }
+  for (const auto& [group, slices] : checkpoint.slices) {
+    for (const TensorSlice& slice : slices) bytes += static_cast<std::int64_t>(slice.data.nbytes());
+  }
+  return bytes;
+}
+
+// Note [Out of space]: a write that fails on a full file system reaches us from HDF5 as its own
+// words ("can't write unprocessed chunk data"), which say nothing a user can act on. Once the
+// temporary file is gone, if the system said ENOSPC or the file system cannot hold what was to be
+// written, the error says so, with both sizes and what to do; the checkpoints before are kept.
+std::string write_failure(const fs::path& target, const std::string& what, std::int64_t needed) {
+  std::error_code ec;
+  const fs::space_info space = fs::space(target.parent_path(), ec);
+  const bool full = what.find("No space left on device") != std::string::npos ||
+                    (!ec && static_cast<std::int64_t>(space.available) < needed);
+  if (!full) return "writing checkpoint " + target.string() + ": " + what;
+  constexpr double kMB = 1e6;
+  return fmt::format("writing checkpoint {}: no space left on device: {:.1f} MB free on the file system of {}, "
+                     "the checkpoint needs about {:.1f} MB; free space there, lower ckpt.keep_last, or set run.dir on a "
+                     "larger file system (the checkpoints written before are kept)",
+                     target.string(), ec ? 0.0 : static_cast<double>(space.available) / kMB,
+                     target.parent_path().string(), static_cast<double>(needed) / kMB);
+}
+
 }  // namespace
 
 at::Tensor HostStaging::staged(const std::string& key, const at::Tensor& tensor) {
@@ -204,11 +236,11 @@ std::string start_checkpoint(const std::string& dir, const Checkpoint& checkpoin
   } catch (const Error& e) {
     std::error_code ignored;
     fs::remove(temp, ignored);
-    throw CheckpointError(std::string("writing checkpoint ") + target.string() + ": " + e.what());
+    throw CheckpointError(write_failure(target, e.what(), data_bytes(checkpoint)));
   } catch (const fs::filesystem_error& e) {
     std::error_code ignored;
     fs::remove(temp, ignored);
-    throw CheckpointError(std::string("writing checkpoint ") + target.string() + ": " + e.what());
+    throw CheckpointError(write_failure(target, e.what(), data_bytes(checkpoint)));
   }
   return temp.string();
 }
@@ -221,7 +253,9 @@ void add_slices(const std::string& temp_path, const std::map<std::string, Tensor
     file.close();
     pacer.finish();
   } catch (const Error& e) {
-    throw CheckpointError(std::string("writing this rank's part of checkpoint ") + temp_path + ": " + e.what());
+    Checkpoint part;
+    part.slices = slices;
+    throw CheckpointError("this rank's part: " + write_failure(temp_path, e.what(), data_bytes(part)));
   }
 }
 

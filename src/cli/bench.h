@@ -42,6 +42,7 @@ struct StepOptions {
   config::Precision precision = config::Precision::kFp32;
   std::string precision_name;
   bool tf32 = true;
+  bool check_collectives = true;  // --check-collectives: dist.check_collectives
 };
 StepOptions step_options(const config::ParsedArgs& parsed, const BenchModel& bench);
 

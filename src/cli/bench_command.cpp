@@ -1,7 +1,8 @@
 // `hpctrain bench <what>`: dispatch to one measurement (bench_data.cpp, bench_comm.cpp,
-// bench_step.cpp).
+// bench_step.cpp). Each mode of a measurement takes its own flags: one it does not use is refused
+// in one line, rather than ignored.
+#include <algorithm>
 #include <iostream>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -11,23 +12,79 @@
 #include "runtime.h"
 
 namespace hpctrain::cli {
+namespace {
+
+// One mode: the measurement, the flag that selects it ("" for the measurement's plain mode), and
+// every flag it reads (its selector included).
+struct BenchMode {
+  std::string what;
+  std::string selector;
+  std::vector<std::string> flags;
+};
+
+const std::vector<std::string> kModelFlags{"model", "batch-size", "steps", "bucket-mb", "device", "precision",
+                                           "layers", "heads", "embd", "block-size", "vocab", "check-collectives"};
+
+std::vector<std::string> with(std::vector<std::string> flags, const std::vector<std::string>& more) {
+  flags.insert(flags.end(), more.begin(), more.end());
+  return flags;
+}
+
+const std::vector<BenchMode>& bench_modes() {
+  static const std::vector<BenchMode> modes{
+      {"data", "",
+       {"data", "split", "batch-size", "repeats", "prefetch", "cache-mb", "shuffle-window-mb", "cold", "data-io"}},
+      {"data", "io", {"data", "io", "split", "repeats", "cache-mb", "cold"}},
+      {"comm", "", {"backend", "min-bytes", "max-bytes", "iters", "rounds"}},
+      {"step", "", with(kModelFlags, {"tf32"})},
+      {"step", "zero-stage", with(kModelFlags, {"zero-stage", "optimizer"})},
+      {"step", "update", with(kModelFlags, {"tf32", "update", "cuda-graphs", "profile"})},
+  };
+  return modes;
+}
+
+std::string mode_name(const BenchMode& mode) {
+  return "bench " + mode.what + (mode.selector.empty() ? "" : " --" + mode.selector);
+}
+
+// Every flag of `what`'s modes, for the parser: valueless ones are the selectors and --cold.
+std::vector<config::Flag> parser_flags(const std::string& what) {
+  std::vector<config::Flag> out;
+  for (const BenchMode& mode : bench_modes()) {
+    if (mode.what != what) continue;
+    for (const std::string& name : mode.flags) {
+      const bool valueless = name == "io" || name == "cold" || name == "update" || name == "cuda-graphs";
+      const auto same = [&](const config::Flag& f) { return f.name == name; };
+      if (std::none_of(out.begin(), out.end(), same)) out.push_back({name, !valueless, ""});
+    }
+  }
+  return out;
+}
+
+// The mode the given flags select; a flag it does not read is refused.
+const BenchMode& chosen_mode(const std::string& what, const config::ParsedArgs& parsed) {
+  const BenchMode* chosen = nullptr;
+  for (const BenchMode& mode : bench_modes()) {
+    if (mode.what != what || (!mode.selector.empty() && !parsed.has(mode.selector))) continue;
+    if (chosen != nullptr && !chosen->selector.empty()) {
+      throw ConfigError(mode_name(*chosen) + " and --" + mode.selector + " are two measurements; give one");
+    }
+    chosen = &mode;
+  }
+  HT_CHECK(chosen != nullptr, "no plain mode of bench " + what);
+  for (const auto& [flag, value] : parsed.flags) {
+    if (std::find(chosen->flags.begin(), chosen->flags.end(), flag) != chosen->flags.end()) continue;
+    std::string reads;
+    for (const std::string& name : chosen->flags) reads += (reads.empty() ? "--" : ", --") + name;
+    throw ConfigError(mode_name(*chosen) + " does not use --" + flag + " (it reads " + reads +
+                      "; see hpctrain bench " + what + " --help)");
+  }
+  return *chosen;
+}
+
+}  // namespace
 
 int run_bench(const Args& args) {
-  // Each measurement's own flags, so a flag of another one is refused rather than ignored.
-  const std::map<std::string, std::vector<config::Flag>> flags{
-      {"data",
-       {{"data", true, ""}, {"split", true, ""}, {"batch-size", true, ""}, {"repeats", true, ""},
-        {"cache-mb", true, ""}, {"io", false, ""}, {"shuffle-window-mb", true, ""}, {"cold", false, ""}, {"data-io", true, ""},
-        {"prefetch", true, ""}}},
-      {"comm",
-       {{"backend", true, ""}, {"min-bytes", true, ""}, {"max-bytes", true, ""}, {"iters", true, ""},
-        {"rounds", true, ""}}},
-      {"step",
-       {{"model", true, ""}, {"batch-size", true, ""}, {"steps", true, ""}, {"bucket-mb", true, ""},
-        {"device", true, ""}, {"precision", true, ""}, {"tf32", true, ""}, {"layers", true, ""},
-        {"heads", true, ""}, {"embd", true, ""}, {"block-size", true, ""}, {"vocab", true, ""},
-        {"zero-stage", true, ""}, {"optimizer", true, ""}, {"update", false, ""}, {"cuda-graphs", false, ""},
-        {"profile", true, ""}}}};
   const std::string what = args.empty() ? "" : args.front();
   if (wants_help(args)) {
     if (what == "data" || what.rfind('-', 0) == 0) std::cout << bench_data_usage() << "\n";
@@ -35,13 +92,15 @@ int run_bench(const Args& args) {
     if (what == "step" || what.rfind('-', 0) == 0) std::cout << bench_step_usage();
     return 0;
   }
-  const auto known = flags.find(what);
-  if (known == flags.end()) throw ConfigError("bench: expected 'data', 'comm' or 'step' (see hpctrain bench --help)");
-  const config::ParsedArgs parsed = config::parse_args(args, known->second, /*with_options=*/false, false);
+  if (what != "data" && what != "comm" && what != "step") {
+    throw ConfigError("bench: expected 'data', 'comm' or 'step' (see hpctrain bench --help)");
+  }
+  const config::ParsedArgs parsed = config::parse_args(args, parser_flags(what), /*with_options=*/false, false);
   if (parsed.positionals.size() != 1) {
     throw ConfigError("bench " + what + ": unexpected argument '" + parsed.positionals.back() +
                       "' (see hpctrain bench " + what + " --help)");
   }
+  chosen_mode(what, parsed);
   tune_allocators();  // measure with the allocator settings training runs with
   if (what == "data") return bench_data(parsed);
   if (what == "comm") return bench_comm(parsed);

@@ -33,7 +33,7 @@ int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench
                                                     {"optim.name", optimizer},
                                                     {"optim.momentum", "0.9"},
                                                     {"train.precision", options.precision_name}});
-  const Ranks ranks = start_ranks(bench_start(false, config::Backend::kAuto));
+  const Ranks ranks = start_ranks(bench_start(false, config::Backend::kAuto, options.check_collectives));
   const auto& bootstrap = ranks.bootstrap;
   const auto& comm = ranks.comm;
   const std::int64_t rss_before = sys::current_rss_bytes();

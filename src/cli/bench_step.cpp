@@ -32,8 +32,9 @@ const char* const kStepUsage =
     "usage: [mpirun -np N] hpctrain bench step [--model fashion_cnn|mlp|resnet|gpt] [--batch-size N]\n"
     "                                          [--steps 20] [--bucket-mb 25] [--device cpu|cuda]\n"
     "                                          [--precision fp32|bf16|fp16] [--tf32 true|false]\n"
+    "                                          [--check-collectives true|false]\n"
     "         gpt only: [--layers 12] [--heads 12] [--embd 768] [--block-size 1024] [--vocab 50257]\n"
-    "         sharding: --zero-stage 0|1|2|3 [--optimizer adamw|sgd]\n"
+    "         sharding: --zero-stage 0|1|2|3 [--optimizer adamw|sgd] (on a CPU, so without --tf32)\n"
     "         the update: --update [--cuda-graphs] [--profile FILE]\n\n"
     "Times one training step of --model on random data, batch --batch-size per rank (default 64;\n"
     "8 for gpt): classifiers on Fashion-MNIST-shaped samples (1x28x28, 10 classes); gpt, by\n"
@@ -46,7 +47,9 @@ const char* const kStepUsage =
     "of step - forward+backward over the steps: the communication the step waits for. With\n"
     "one rank GradSync has nothing to do and adds nothing. --precision and --tf32 act as\n"
     "train.precision and train.tf32 do (fp16 without loss scaling: the step is timed, not\n"
-    "trained). Model TFLOP/s per device: the FLOPs training counts\n"
+    "trained). --check-collectives acts as dist.check_collectives does (default true: one small\n"
+    "allreduce before each collective checks that the ranks issue the same one). Model TFLOP/s per\n"
+    "device: the FLOPs training counts\n"
     "(3x the first forward's) over the case's time; MFU against the peak train.peak_tflops\n"
     "would use on a known GPU (none on a CPU or in full float32).\n"
     "With --zero-stage, instead: whole optimizer steps as training takes them (forward, backward,\n"
@@ -177,11 +180,11 @@ StepOptions step_options(const config::ParsedArgs& parsed, const BenchModel& ben
     throw ConfigError("bench step --precision fp16 needs --device cuda (on the CPU autocast computes in bf16 only)");
   }
   comm::validate_backend(config::Backend::kAuto, o.use_cuda);
-  for (const char* flag : {"cuda-graphs", "profile"}) {
-    if (parsed.has(flag) && !parsed.has("update")) {
-      throw ConfigError(std::string("bench step: --") + flag + " is for --update");
-    }
+  const std::string checked = text_flag(parsed, "check-collectives", "true");
+  if (checked != "true" && checked != "false") {
+    throw ConfigError("bench step: --check-collectives must be true or false, got '" + checked + "'");
   }
+  o.check_collectives = checked == "true";
   return o;
 }
 
@@ -231,11 +234,6 @@ const char* bench_step_usage() { return kStepUsage; }
 
 int bench_step(const config::ParsedArgs& parsed) {
   const BenchModel bench = bench_model(parsed);
-  if (parsed.has("zero-stage")) {
-    for (const char* flag : {"update", "cuda-graphs", "profile"}) {
-      if (parsed.has(flag)) throw ConfigError(std::string("bench step: --") + flag + " does not go with --zero-stage");
-    }
-  }
   const StepOptions options = step_options(parsed, bench);
   if (parsed.has("zero-stage")) return bench_sharded_step(parsed, bench, options);
   if (parsed.has("update")) return bench_update_step(parsed, bench, options);
@@ -248,7 +246,7 @@ int bench_step(const config::ParsedArgs& parsed) {
   const std::string& precision_name = options.precision_name;
   auto net = model::make_model(bench.config, spec);  // throws for options it cannot use
 
-  const Ranks ranks = start_ranks(bench_start(use_cuda, config::Backend::kAuto));
+  const Ranks ranks = start_ranks(bench_start(use_cuda, config::Backend::kAuto, options.check_collectives));
   const auto& bootstrap = ranks.bootstrap;
   const c10::Device device = ranks.device;
   const auto& comm = ranks.comm;
@@ -319,12 +317,13 @@ int bench_step(const config::ParsedArgs& parsed) {
     const std::optional<train::PeakFlops> peak = train::resolve_peak_flops(0, gpu, precision, tf32);
     const double ms = 1e3;
     std::printf("# bench step: %s, %lld parameters (%.1f MB of float32 gradients) in %zu bucket(s) of "
-                "%lld MiB, batch %lld per rank, %d rank(s) on %s%s%s, backend %s, %s%s\n"
+                "%lld MiB, batch %lld per rank, %d rank(s) on %s%s%s, backend %s%s, %s%s\n"
                 "# %.4g GFLOP per sample trained (3x forward); median of %d timed steps after 3 untimed, "
                 "slowest rank\n",
                 config::name_of(bench.config.name), static_cast<long long>(numel), numel * 4 / 1e6, buckets,
                 static_cast<long long>(bucket_mb), static_cast<long long>(batch), comm->size(), device.str().c_str(),
-                gpu.empty() ? "" : " ", gpu.c_str(), comm->backend().c_str(), precision_name.c_str(),
+                gpu.empty() ? "" : " ", gpu.c_str(), comm->backend().c_str(),
+                options.check_collectives ? "" : " (collectives unchecked)", precision_name.c_str(),
                 use_cuda && precision == config::Precision::kFp32 ? (tf32 ? " (TF32)" : " (full float32)") : "",
                 flops_per_sample / 1e9, steps);
     const StepTable table(spec, batch, comm->size(), flops_per_sample, peak);

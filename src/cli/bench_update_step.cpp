@@ -38,6 +38,7 @@ config::Config case_config(const BenchModel& bench, const UpdateCase& how, const
                                               {"optim.fused", how.fused ? "true" : "false"},
                                               {"train.cuda_graphs", how.cuda_graphs ? "true" : "false"},
                                               {"train.tf32", options.tf32 ? "true" : "false"},
+                                              {"dist.bucket_mb", std::to_string(options.bucket_mb)},
                                               {"dist.device", options.use_cuda ? "cuda" : "cpu"}});
   config.train.precision = options.precision;
   return config;
@@ -101,7 +102,7 @@ int bench_update_step(const config::ParsedArgs& parsed, const BenchModel& bench,
   if (graphs) cases.push_back({"step, multi-tensor + CUDA graph", true, true});
   const std::string profile = text_flag(parsed, "profile", "");
 
-  const Ranks ranks = start_ranks(bench_start(options.use_cuda, config::Backend::kAuto));
+  const Ranks ranks = start_ranks(bench_start(options.use_cuda, config::Backend::kAuto, options.check_collectives));
   const auto& bootstrap = ranks.bootstrap;
   const c10::Device device = ranks.device;
   if (graphs && ranks.comm->size() > 1) throw ConfigError("bench step --cuda-graphs runs on one rank so far");

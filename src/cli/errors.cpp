@@ -8,10 +8,12 @@
 #include "hpctrain/comm/flight_recorder.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
+#include "hpctrain/train/run_lock.h"
 
 namespace hpctrain::cli {
 
 void exit_with_error(const std::string& what, int exit_code) {
+  train::RunLock::release_held();  // destructors do not run on this way out
   const int world = comm::Bootstrap::running_world_size();
   // Note [Flight recorder]: for a failed collective or an internal error, where the ranks'
   // collectives parted, when the recorder runs; a config, data or checkpoint error is not about them.

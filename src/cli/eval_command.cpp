@@ -44,7 +44,7 @@ int run_eval(const Args& args) {
   const ckpt::CheckpointMeta& meta = reader.meta();
 
   const Ranks ranks = start_ranks(config_start(parsed.config, setup.use_cuda));
-  log_banner(*ranks.bootstrap, setup.threads);
+  log_banner(*ranks.bootstrap, ranks.threads);
   setup.model->module().to(ranks.device);
   const train::EvalResult result =
       train::evaluate(*setup.model, *train::make_objective(setup.config), *setup.eval, *ranks.comm,

@@ -96,6 +96,11 @@ std::vector<std::string> read_prompts(const config::ParsedArgs& parsed) {
 std::unique_ptr<data::Tokenizer> tokenizer_for(const config::ParsedArgs& parsed, const config::Config& config,
                                                std::int64_t& vocabulary) {
   const std::string source = parsed.has("tokenizer") ? parsed.flags.at("tokenizer") : config.data.path;
+  if (source.empty()) {
+    throw ConfigError("generate: a tokenizer is needed to turn the prompts into tokens, and the config has no "
+                      "data.path to take it from; name one with --tokenizer bytes (byte tokens) or --tokenizer "
+                      "DATASET (a directory of `hpctrain prepare text`)");
+  }
   if (source == "bytes") {
     vocabulary = 256;
     return data::make_byte_tokenizer();
@@ -131,6 +136,7 @@ Loaded load_model(const config::ParsedArgs& parsed) {
   loaded.config = parsed.config;
   const weights::WeightFile file = weights::WeightFile::open(parsed.flags.at("weights"));
   const weights::MappedWeights mapped = weights::map_weights(loaded.config.model, file);
+  weights::resolve_gpt_activation(loaded.config.model, mapped.names);
   std::int64_t file_vocabulary = 0;
   if (loaded.config.model.name == config::ModelName::kGpt) {
     weights::fill_gpt_shape(loaded.config.model, mapped.tensors, file_vocabulary);

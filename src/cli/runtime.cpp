@@ -8,9 +8,13 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <numeric>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "hpctrain/comm/communicator.h"
@@ -131,10 +135,66 @@ std::unique_ptr<comm::Bootstrap> start_mpi(const config::LogConfig& log_config, 
   return bootstrap;
 }
 
+namespace {
+
+std::string cpu_list(const std::vector<int>& cpus) {
+  std::string out;
+  for (const int cpu : cpus) out += (out.empty() ? "" : ",") + std::to_string(cpu);
+  return out;
+}
+
+std::vector<int> parse_cpu_list(const std::string& text) {
+  std::vector<int> cpus;
+  std::istringstream in(text);
+  for (std::string cpu; std::getline(in, cpu, ',');) cpus.push_back(std::stoi(cpu));
+  return cpus;
+}
+
+// Collective: this rank's intra-op threads, train.threads or its node's cores shared among the
+// ranks that may run on them (Note [Threads per rank] in core/system.h), set in libtorch. Rank 0
+// warns once when the ranks of a node run more threads than it has cores.
+int share_cores(const comm::Bootstrap& bootstrap, std::int64_t threads_option) {
+  const std::vector<std::string> lists = bootstrap.allgather_string(cpu_list(sys::affinity_cpus()));
+  const std::vector<std::string>& hosts = bootstrap.topology().hosts;
+  int mine = 1;
+  bool warned = false;
+  for (size_t first = 0; first < hosts.size(); ++first) {
+    if (std::find(hosts.begin(), hosts.begin() + static_cast<std::ptrdiff_t>(first), hosts[first]) !=
+        hosts.begin() + static_cast<std::ptrdiff_t>(first)) {
+      continue;  // a node already counted
+    }
+    std::vector<size_t> ranks;
+    std::vector<std::vector<int>> cpus;
+    std::set<int> cores;
+    for (size_t r = first; r < hosts.size(); ++r) {
+      if (hosts[r] != hosts[first]) continue;
+      ranks.push_back(r);
+      cpus.push_back(parse_cpu_list(lists[r]));
+      cores.insert(cpus.back().begin(), cpus.back().end());
+    }
+    const std::vector<int> threads = sys::threads_per_rank(cpus, static_cast<int>(threads_option));
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (static_cast<int>(ranks[i]) == bootstrap.world_rank()) mine = threads[i];
+    }
+    const int total = std::accumulate(threads.begin(), threads.end(), 0);
+    if (total > static_cast<int>(cores.size()) && !warned) {
+      log::warn("{} is oversubscribed: its {} rank(s) run {} intra-op thread(s) on {} core(s), which then take "
+                "turns (slower than one thread per core); start fewer ranks there or lower train.threads",
+                hosts[first], ranks.size(), total, cores.size());
+      warned = true;
+    }
+  }
+  at::set_num_threads(mine);
+  return mine;
+}
+
+}  // namespace
+
 Ranks start_ranks(const RankStart& start) {
   init_early_logging(start.log);
   Ranks ranks;
   ranks.bootstrap = start_mpi(start.log, start.timeout_s, start.whole_allocation);
+  ranks.threads = share_cores(*ranks.bootstrap, start.threads);
   if (!start.bind_device) return ranks;
   const comm::Bootstrap& bootstrap = *ranks.bootstrap;
   ranks.device = train::device_for_rank(start.use_cuda, bootstrap.topology(), start.allow_shared_gpu);
@@ -164,11 +224,13 @@ RankStart config_start(const config::Config& config, bool use_cuda) {
   start.preflight = &config;
   start.backend = config.dist.backend;
   start.check_collectives = config.dist.check_collectives;
+  start.threads = config.train.threads;
   return start;
 }
 
-RankStart bench_start(bool use_cuda, std::optional<config::Backend> backend) {
+RankStart bench_start(bool use_cuda, std::optional<config::Backend> backend, bool check_collectives) {
   RankStart start;
+  start.check_collectives = check_collectives;
   start.log.level = config::LogLevel::kInfo;
   start.timeout_s = default_timeout_s();
   start.use_cuda = use_cuda;
@@ -229,6 +291,11 @@ config::Config checkpoint_config(const ckpt::CheckpointReader& reader) {
   try {
     config::Config config = config::resolve(path, {}, /*require_complete=*/false);
     std::filesystem::remove(path);
+    // A checkpoint's config is resolved, so auto means the key is absent: the file is older than
+    // model.gpt_activation's auto, when a gpt's activation was gelu unless set.
+    if (config.model.gpt_activation == config::GptActivation::kAuto) {
+      config.model.gpt_activation = config::GptActivation::kGelu;
+    }
     return config;
   } catch (...) {
     std::filesystem::remove(path);

@@ -33,7 +33,8 @@ struct RankStart {
   // check (bench).
   const config::Config* preflight = nullptr;
   std::optional<config::Backend> backend;  // the communicator to build, if any
-  bool check_collectives = false;          // dist.check_collectives
+  bool check_collectives = true;           // dist.check_collectives
+  std::int64_t threads = 0;                // train.threads; 0: the node's cores shared among its ranks
 };
 
 // What the ranks start with.
@@ -41,10 +42,12 @@ struct Ranks {
   std::unique_ptr<comm::Bootstrap> bootstrap;
   c10::Device device = c10::Device(c10::kCPU);
   std::unique_ptr<comm::Communicator> comm;  // null when no backend was asked for
+  int threads = 1;                           // this rank's intra-op threads, as set in libtorch
 };
 
-// Collective: logging (rank 0 talks), MPI with the join watchdog (start_mpi), this rank's device,
-// the preflight or the device check, and the communicator, as `start` asks. Throws ConfigError
+// Collective: logging (rank 0 talks), MPI with the join watchdog (start_mpi), intra-op threads
+// (train.threads, or the node's cores shared among the ranks that may run on them), this rank's
+// device, the preflight or the device check, and the communicator, as `start` asks. Throws ConfigError
 // when the ranks disagree or a device cannot be bound (on rank 0, with every problem).
 Ranks start_ranks(const RankStart& start);
 
@@ -72,7 +75,7 @@ RankStart config_start(const config::Config& config, bool use_cuda);
 
 // A bench command's start: INFO logging, dist.timeout_s's default, no GPU shared between ranks
 // (it would skew the figures), and `backend`'s communicator if given.
-RankStart bench_start(bool use_cuda, std::optional<config::Backend> backend);
+RankStart bench_start(bool use_cuda, std::optional<config::Backend> backend, bool check_collectives = true);
 
 // Rank 0: versions, world/local sizes, nodes and hosts, threads. Every rank: its binding, in its log.
 void log_banner(const comm::Bootstrap& bootstrap, int threads);

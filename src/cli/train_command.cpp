@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <vector>
 
 #include "hpctrain/cli/commands.h"
@@ -14,6 +15,7 @@
 #include "hpctrain/core/stop_signals.h"
 #include "hpctrain/core/system.h"
 #include "hpctrain/train/memory_check.h"
+#include "hpctrain/train/run_lock.h"
 #include "hpctrain/train/trainer.h"
 #include "runtime.h"
 
@@ -63,13 +65,20 @@ int run_train(const Args& args) {
   const std::vector<int> stop_signals = sys::parse_signal_list(config.ckpt.signals);
   sys::install_stop_handlers(stop_signals);
   const train::RunDirectory run_dir(config.run.dir);
-  if (bootstrap->world_rank() == 0) run_dir.create();
+  // One job per run directory (Note [Run directory lock]): a second is refused before it writes.
+  std::unique_ptr<train::RunLock> lock;
+  if (bootstrap->world_rank() == 0) {
+    train::RunLockOptions lock_options = train::default_lock_options(config.run.lock_stale_s);
+    lock_options.on_lost = [](const std::string& what) { exit_with_error(what, static_cast<int>(ExitCode::kUsage)); };
+    lock = train::RunLock::acquire(run_dir.root(), std::move(lock_options));
+    run_dir.create();
+  }
   bootstrap->barrier();
   comm::flight::configure(config.dist.flight_records, run_dir.flight_dir(), bootstrap->world_rank(),
                           config.dist.timeout_s);
   comm::flight::handle_usr2(std::count(stop_signals.begin(), stop_signals.end(), SIGUSR2) > 0);
   log::add_file(run_dir.log_path(bootstrap->world_rank()));
-  log_banner(*bootstrap, setup.threads);
+  log_banner(*bootstrap, ranks.threads);
   log::info("run directory {}", run_dir.root());
 
   train::Trainer trainer(std::move(setup), *ranks.bootstrap, *ranks.comm, ranks.device, run_dir);

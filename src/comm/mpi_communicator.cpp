@@ -137,18 +137,37 @@ class StagedWork final : public Work {
 
 // Note [Checked collectives]: MPI pairs the ranks' collectives by their order alone. A rank that
 // skips one, or issues another size, makes the rest pair up unlike (which MPI does not always
-// detect: it may hang, or write past a buffer). With dist.check_collectives, before each one the
-// ranks allreduce its number, operation and size, as minimum and maximum in one call; where they
-// differ, every rank throws before the unlike collective runs, and the flight recorder's message
-// names the ranks (comm/flight_recorder.h).
-void check_same_collective(MPI_Comm comm, std::int64_t number, const char* op, std::int64_t bytes) {
-  const auto op_code = static_cast<std::int64_t>(std::hash<std::string>{}(op) & 0xffffffff);
-  std::int64_t values[6] = {number, op_code, bytes, -number, -op_code, -bytes};  // min, and max as -min(-x)
-  HT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, 6, MPI_INT64_T, MPI_MIN, comm));
-  if (values[0] == -values[3] && values[1] == -values[4] && values[2] == -values[5]) return;
+// detect: it may hang, or write past a buffer: ranks were seen dying with SIGSEGV). So by default
+// (dist.check_collectives) before each one the ranks allreduce what it is: its number, operation
+// and dtype, bytes and gradient bucket, as minimum and maximum in one call of fixed size, which
+// cannot itself pair unlike. Where they differ, every rank throws before the collective runs, and
+// the flight recorder's message names the ranks (comm/flight_recorder.h). A rank that skipped one
+// meets the others' check of it with its check of the next: the bucket or the size differs, or it
+// waits alone and times out. It costs one small allreduce per collective, well under 1 % of a step
+// (docs/benchmarks.md, "Checked collectives").
+struct CollectiveKey {
+  std::int64_t number = 0;
+  const char* op = "";
+  const char* dtype = "";
+  std::int64_t bytes = 0;
+  std::int64_t bucket = -1;
+};
+
+void check_same_collective(MPI_Comm comm, const CollectiveKey& key) {
+  const std::string kind = std::string(key.op) + " " + key.dtype;
+  const auto kind_code = static_cast<std::int64_t>(std::hash<std::string>{}(kind) & 0xffffffff);
+  constexpr int kFields = 4;
+  std::int64_t values[2 * kFields] = {key.number,  kind_code,  key.bytes,  key.bucket,
+                                      -key.number, -kind_code, -key.bytes, -key.bucket};  // min; max as -min(-x)
+  HT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, 2 * kFields, MPI_INT64_T, MPI_MIN, comm));
+  bool same = true;
+  for (int i = 0; i < kFields; ++i) same = same && values[i] == -values[kFields + i];
+  if (same) return;
   throw CommError(fmt::format("dist.check_collectives: the ranks issue different collectives where this rank "
-                              "issues #{} ({} of {} bytes); numbers range {}..{}, sizes {}..{}",
-                              number, op, bytes, values[0], -values[3], values[2], -values[5]));
+                              "issues #{} ({} of {} bytes, bucket {}); numbers range {}..{}, sizes {}..{}, "
+                              "buckets {}..{}",
+                              key.number, kind, key.bytes, key.bucket, values[0], -values[4], values[2], -values[6],
+                              values[3], -values[7]));
 }
 
 // One queued collective: what to run, and how it ended.
@@ -159,6 +178,7 @@ struct Task {
   const char* op = "";       // "allreduce": the span on the timeline (core/trace.h)
   std::int64_t bytes = 0;
   std::int64_t bucket = -1;  // the gradient bucket it reduces, or -1
+  const char* dtype = "none";
   std::mutex mutex;
   std::condition_variable finished;
   bool done = false;
@@ -199,7 +219,9 @@ struct MpiCommunicator::State {
       try {
         const trace::Span span(task->op, {task->bucket >= 0 ? trace::Arg{"bucket", task->bucket} : trace::Arg{},
                                           {"bytes", task->bytes}});
-        if (check_collectives) check_same_collective(comm, task->number, task->op, task->bytes);
+        if (check_collectives) {
+          check_same_collective(comm, {task->number, task->op, task->dtype, task->bytes, task->bucket});
+        }
         task->run();
       } catch (...) {
         task->error = std::current_exception();
@@ -243,7 +265,8 @@ struct MpiCommunicator::State {
     task->op = op;
     task->bytes = tensor.defined() ? static_cast<std::int64_t>(tensor.nbytes()) : 0;
     task->bucket = trace::BucketScope::current();
-    task->number = flight::issue(op, task->bytes, tensor.defined() ? c10::toString(tensor.scalar_type()) : "none");
+    task->dtype = tensor.defined() ? c10::toString(tensor.scalar_type()) : "none";
+    task->number = flight::issue(op, task->bytes, task->dtype);
     task->what = std::move(what) + " (collective #" + std::to_string(task->number) + " of this rank)";
     task->run = std::move(run);
     {
@@ -407,12 +430,13 @@ void MpiCommunicator::allreduce_blocking(at::Tensor& tensor, ReduceOp op) {
   // As submit() does: the rank watch compares the counts, the flight recorder keeps the call.
   const flight::Blocking recorded("allreduce", static_cast<std::int64_t>(tensor.nbytes()),
                                   c10::toString(tensor.scalar_type()));
-  if (state_->check_collectives) {
-    check_same_collective(state_->comm, recorded.number(), "allreduce", static_cast<std::int64_t>(tensor.nbytes()));
-  }
   activity::set_limit(activity::Kind::kInCollective, state_->timeout_s, "dist.timeout_s");
-  const activity::Scope in_collective(activity::Kind::kInCollective);
+  const activity::Scope in_collective(activity::Kind::kInCollective);  // the check may wait too
   const trace::Span span("allreduce", {{"bytes", static_cast<std::int64_t>(tensor.nbytes())}});
+  if (state_->check_collectives) {
+    check_same_collective(state_->comm, {recorded.number(), "allreduce", c10::toString(tensor.scalar_type()),
+                                         static_cast<std::int64_t>(tensor.nbytes()), trace::BucketScope::current()});
+  }
   allreduce_call(tensor, op)();
 }
 

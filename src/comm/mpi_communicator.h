@@ -26,7 +26,7 @@ class MpiCommunicator final : public Communicator {
  public:
   // Collective. A Work not completed within `timeout_s` throws CommError from wait().
   // `check_collectives`: Note [Checked collectives] in the .cpp.
-  MpiCommunicator(Bootstrap& bootstrap, double timeout_s, bool check_collectives = false);
+  MpiCommunicator(Bootstrap& bootstrap, double timeout_s, bool check_collectives = true);
   ~MpiCommunicator() override;
 
   std::string backend() const override { return "mpi"; }

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <sstream>
 
 #include "hpctrain/config/option_table.h"
@@ -43,13 +45,55 @@ void assign(Config& config, const std::string& origin, const std::string& key,
   }
 }
 
-// (key, text) pairs of an INI file in file order; unknown keys are kept so assign() can name them.
-std::vector<std::pair<std::string, std::string>> read_ini(const std::string& path) {
+std::string trimmed(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t\r");
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(" \t\r") - first + 1);
+}
+
+// The file's text, without the UTF-8 byte-order mark some editors save first.
+std::string read_text(const std::string& path) {
   if (!std::filesystem::is_regular_file(path)) {
     throw ConfigError("config file '" + path + "' not found (give an existing file to --config)");
   }
-  std::ifstream in(path);
-  if (!in) throw ConfigError("config file '" + path + "' cannot be read");
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in && !in.eof()) throw ConfigError("config file '" + path + "' cannot be read");
+  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
+  return text;
+}
+
+// A key given twice in one file would be taken silently, the last one winning: refused, with both
+// lines. Lines are read as Boost reads them: '#' starts a comment, "[section]" names the section.
+void refuse_repeated_keys(const std::string& path, const std::string& text) {
+  std::map<std::string, int> first_line;  // "section.key" -> line
+  std::string section;
+  std::istringstream lines(text);
+  int number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++number;
+    line = trimmed(line.substr(0, line.find('#')));
+    if (line.size() >= 2 && line.front() == '[' && line.back() == ']') {
+      section = trimmed(line.substr(1, line.size() - 2));
+      continue;
+    }
+    const size_t equals = line.find('=');
+    if (equals == std::string::npos) continue;  // Boost names the malformed line
+    const std::string key = trimmed(line.substr(0, equals));
+    const std::string name = section.empty() ? key : section + "." + key;
+    const auto [first, fresh] = first_line.emplace(name, number);
+    if (!fresh) {
+      throw ConfigError(path + ":" + std::to_string(number) + ": " + name + " is given twice, on lines " +
+                        std::to_string(first->second) + " and " + std::to_string(number) + "; keep one");
+    }
+  }
+}
+
+// (key, text) pairs of an INI file in file order; unknown keys are kept so assign() can name them.
+std::vector<std::pair<std::string, std::string>> read_ini(const std::string& path) {
+  const std::string text = read_text(path);
+  refuse_repeated_keys(path, text);
+  std::istringstream in(text);
   std::vector<std::pair<std::string, std::string>> pairs;
   try {
     po::options_description none;
@@ -64,7 +108,7 @@ std::vector<std::pair<std::string, std::string>> read_ini(const std::string& pat
     throw ConfigError(path + ": " + e.what());
   }
   // Keys outside any [section] have no dot; Boost reads them as bare names.
-  for (const auto& [key, text] : pairs) {
+  for (const auto& [key, value] : pairs) {
     if (key.find('.') == std::string::npos) {
       throw ConfigError(path + ": key '" + key + "' is outside a [section]" +
                         did_you_mean(key, option_names()));

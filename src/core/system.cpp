@@ -40,6 +40,38 @@ int affinity_cores() {
   return n > 0 ? n : 1;
 }
 
+std::vector<int> affinity_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+std::vector<int> threads_per_rank(const std::vector<std::vector<int>>& cpus, int threads) {
+  const auto overlap = [](const std::vector<int>& a, const std::vector<int>& b) {
+    for (const int cpu : a) {
+      if (std::binary_search(b.begin(), b.end(), cpu)) return true;
+    }
+    return false;
+  };
+  std::vector<int> out;
+  for (const std::vector<int>& mine : cpus) {
+    if (threads > 0) {
+      out.push_back(threads);
+      continue;
+    }
+    const auto sharing = std::count_if(cpus.begin(), cpus.end(),
+                                       [&](const std::vector<int>& other) { return overlap(mine, other); });
+    const int cores = static_cast<int>(mine.size());
+    out.push_back(std::max(1, cores / static_cast<int>(std::max<std::ptrdiff_t>(1, sharing))));
+  }
+  return out;
+}
+
 namespace {
 
 // The number in a cgroup file such as memory.max, or -1 ("max", absent, unreadable).

@@ -23,16 +23,30 @@ void silence_hdf5() {
   (void)done;
 }
 
+// HDF5's outermost words, and the system's where a file driver failed beneath them: its entry
+// reads "... errno = 28, error message = 'No space left on device', ...".
 std::string hdf5_message() {
-  std::string message;
+  struct Found {
+    std::string outer;
+    std::string system;
+  } found;
   auto walk = [](unsigned n, const H5E_error2_t* err, void* data) -> herr_t {
-    auto* out = static_cast<std::string*>(data);
-    if (n == 0 && err->desc != nullptr) *out = err->desc;
+    auto* out = static_cast<Found*>(data);
+    if (err->desc == nullptr) return 0;
+    const std::string desc = err->desc;
+    if (n == 0) out->outer = desc;
+    const std::string key = "error message = '";
+    const size_t start = desc.find(key);
+    if (start != std::string::npos) {
+      const size_t end = desc.find('\'', start + key.size());
+      if (end != std::string::npos) out->system = desc.substr(start + key.size(), end - start - key.size());
+    }
     return 0;
   };
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk, &message);
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk, &found);
   H5Eclear2(H5E_DEFAULT);
-  return message.empty() ? "HDF5 call failed" : message;
+  const std::string message = found.outer.empty() ? "HDF5 call failed" : found.outer;
+  return found.system.empty() ? message : message + " (" + found.system + ")";
 }
 
 std::vector<hsize_t> to_hsize(const std::vector<std::int64_t>& shape) {

@@ -189,6 +189,10 @@ class Gpt final : public nn::Module, public Model, public CachedLanguageModel {
         recompute_blocks_(config.activation_checkpointing),
         transformer_(register_module("transformer", std::make_shared<nn::Module>())) {
     const std::int64_t embd = config.gpt_embd;
+    // auto is resolved with the weights' names (weights::resolve_gpt_activation) before a model
+    // is built from them; left as auto, there are none: the exact GELU.
+    HT_CHECK(config.gpt_activation != config::GptActivation::kAuto || config.init_from.empty(),
+             "model.gpt_activation=auto reached the gpt unresolved, with model.init_from " + config.init_from);
     const std::string gelu = config.gpt_activation == config::GptActivation::kGeluTanh ? "tanh" : "none";
     wte_ = transformer_->register_module("wte", nn::Embedding(vocab, embd));
     wpe_ = transformer_->register_module("wpe", nn::Embedding(block_size_, embd));

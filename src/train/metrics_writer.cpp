@@ -2,7 +2,7 @@
 
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
-#include "hpctrain/train/tensorboard_writer.h"
+#include "hpctrain/tensorboard/tensorboard_writer.h"
 
 namespace hpctrain::train {
 
@@ -15,7 +15,7 @@ MetricsWriter::MetricsWriter(const std::string& path, bool enabled) : enabled_(e
 void MetricsWriter::start_tensorboard(const std::string& dir, std::int64_t step, const std::string& config_text) {
   if (!enabled_) return;
 #if HT_WITH_TENSORBOARD
-  tensorboard_ = std::make_shared<TensorBoardWriter>(dir, step, config_text);
+  tensorboard_ = std::make_shared<tensorboard::TensorBoardWriter>(dir, step, config_text);
 #else
   (void)step;
   (void)config_text;

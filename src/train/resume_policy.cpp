@@ -27,7 +27,8 @@ namespace {
 // now: a resume takes them from the checkpoint.
 bool free_to_change(const std::string& key) {
   static const std::set<std::string> keys{
-      "run.dir",           "train.epochs",          "train.max_steps",    "train.threads",
+      "run.dir",           "run.lock_stale_s",      "train.epochs",       "train.max_steps",
+      "train.threads",     "dist.check_collectives",
       "train.eval_batch_size", "data.eval_split",   "data.prefetch",      "data.loader_threads",
       "data.cache_mb",     "data.io",               "dist.timeout_s",     "dist.check_replicas_every",
       "dist.zero_stage",   "train.loss_scale_init", "train.nonfinite",    "train.max_skipped",

@@ -11,6 +11,7 @@
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/trace.h"
 #include "hpctrain/ddp/block_cache.h"
+#include "hpctrain/train/checkpoint_room.h"
 #include "hpctrain/train/global_batch.h"
 #include "hpctrain/train/lr_schedule.h"
 #include "hpctrain/train/train_state.h"
@@ -49,6 +50,8 @@ TrainSummary Trainer::run() {
   activity::set_step(step_.count());
   activity::enter(activity::Kind::kStep);  // between steps too, until the run ends
   if (control_.world_rank() == 0) {
+    const std::string checkpoints = run_dir_.checkpoints_dir();
+    warn_if_checkpoints_do_not_fit(checkpoints, checkpoint_bytes(checkpoints, setup_.checkpoint_bytes));
     const std::string config_text = config::to_ini(setup_.config);
     run_dir_.write_config(config_text);
     if (setup_.config.log.tensorboard) metrics_.start_tensorboard(run_dir_.tensorboard_dir(), step_.count(), config_text);

@@ -11,6 +11,7 @@
 #include "hpctrain/core/system.h"
 #include "hpctrain/data/manifest.h"
 #include "hpctrain/model/model.h"
+#include "hpctrain/train/checkpoint_room.h"
 #include "hpctrain/train/device.h"
 #include "hpctrain/train/global_batch.h"
 #include "hpctrain/train/loss_scaler.h"
@@ -154,15 +155,25 @@ bool shape_from_weights(const config::ModelConfig& model) {
   return model.gpt_layers == 0 || model.gpt_embd == 0 || model.gpt_block_size == 0;
 }
 
-// Evaluation takes its weights from a checkpoint: the file is read only for a shape left to it.
+// model.gpt_activation=auto follows the names of model.init_from's weights.
+bool activation_from_weights(const config::ModelConfig& model) {
+  return model.name == config::ModelName::kGpt && model.gpt_activation == config::GptActivation::kAuto;
+}
+
+// Evaluation takes its weights from a checkpoint: the file is read only for a shape or an
+// activation left to it.
 std::optional<InitialWeights> read_initial_weights(config::ModelConfig& model, bool training) {
   if (model.init_from.empty() && shape_from_weights(model)) {
     throw ConfigError("model.gpt_layers, model.gpt_embd and model.gpt_block_size take 0 only with model.init_from "
                       "(the value then comes from its weights); give each a size");
   }
-  if (model.init_from.empty() || (!training && !shape_from_weights(model))) return std::nullopt;
+  if (model.init_from.empty()) weights::resolve_gpt_activation(model, config::InitNames::kHpctrain);
+  if (model.init_from.empty() || (!training && !shape_from_weights(model) && !activation_from_weights(model))) {
+    return std::nullopt;
+  }
   InitialWeights initial{weights::WeightFile::open(model.init_from), {}, 0};
   initial.mapped = weights::map_weights(model, initial.file);
+  weights::resolve_gpt_activation(model, initial.mapped.names);
   if (model.name == config::ModelName::kGpt) weights::fill_gpt_shape(model, initial.mapped.tensors, initial.vocabulary);
   if (shape_from_weights(model)) {
     throw ConfigError("model.gpt_layers, model.gpt_embd and model.gpt_block_size take 0 from model.init_from only "
@@ -262,6 +273,7 @@ TrainingSetup prepare_training(const config::Config& given, bool need_train_spli
     check_vocabulary(config, *initial, manifest);
     weights::load_weights(*setup.model, initial->mapped, config.model.init_strict, config.model.init_from);
   }
+  setup.checkpoint_bytes = checkpoint_bytes_estimate(config, *setup.model);
   return setup;
 }
 

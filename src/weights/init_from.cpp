@@ -91,6 +91,20 @@ void fill_gpt_shape(config::ModelConfig& model, const ckpt::NamedTensors& weight
        "transformer.wpe.weight");
 }
 
+void resolve_gpt_activation(config::ModelConfig& model, config::InitNames names) {
+  if (model.name != config::ModelName::kGpt) return;
+  const bool gpt2 = names == config::InitNames::kHfGpt2;
+  const auto implied = gpt2 ? config::GptActivation::kGeluTanh : config::GptActivation::kGelu;
+  if (model.gpt_activation == config::GptActivation::kAuto) {
+    model.gpt_activation = implied;
+    log::info("model.gpt_activation: {} ({}; set model.gpt_activation to choose)", config::name_of(implied),
+              gpt2 ? "Hugging Face GPT-2's weights were trained with the tanh GELU" : "the exact GELU");
+  } else if (model.gpt_activation != implied && gpt2) {
+    log::info("model.gpt_activation={} as given, though Hugging Face GPT-2's weights were trained with gelu_tanh",
+              config::name_of(model.gpt_activation));
+  }
+}
+
 InitReport load_weights(model::Model& model, const MappedWeights& weights, bool strict, const std::string& path) {
   std::map<std::string, at::Tensor> targets;
   for (const auto& p : model.module().named_parameters()) targets.emplace(p.key(), p.value());

@@ -139,13 +139,14 @@ TEST(Cli, BenchArgumentErrorsAreOneLineWithExitCode2) {
         {"bench step --precision fp8", "--precision must be fp32, bf16 or fp16"},
         {"bench step --precision fp16", "--precision fp16 needs --device cuda"},
         {"bench step --tf32 yes", "--tf32 must be true or false"},
-        {"bench step --cuda-graphs", "--cuda-graphs is for --update"},
+        {"bench step --cuda-graphs", "bench step does not use --cuda-graphs (it reads --model, "},
+        {"bench step --update --optimizer sgd", "bench step --update does not use --optimizer"},
         {"bench step --update --cuda-graphs", "--cuda-graphs needs --device cuda"},
-        {"bench step --zero-stage 1 --update", "--update does not go with --zero-stage"},
+        {"bench step --zero-stage 1 --update", "bench step --zero-stage and --update are two measurements"},
         {"bench comm --min-bytes 1KiB --max-bytes 512", "--min-bytes <= --max-bytes"},
         {"bench data --layers 4", "unknown option '--layers'"},  // bench step's, not bench data's
         {"bench data --data /nowhere --data-io direct", "--data-io must be mmap or posix"},
-        {"bench data --data /nowhere --io --data-io posix", "--io times posix against mpio; drop --data-io"},
+        {"bench data --data /nowhere --io --data-io posix", "bench data --io does not use --data-io"},
         {"bench step extra", "bench step: unexpected argument 'extra'"},
         {"bench nothing", "expected 'data', 'comm' or 'step'"}}) {
     const ProcessResult r = run_command("env CUDA_VISIBLE_DEVICES= " + std::string(kBin) + " " + args);

@@ -140,6 +140,25 @@ TEST_F(ParserTest, MalformedIniLineIsAnError) {
   EXPECT_NE(message.find("test.ini"), std::string::npos) << message;
 }
 
+// The last of two would win silently: both lines are named instead.
+TEST_F(ParserTest, AKeyGivenTwiceInOneFileIsRefusedWithBothLines) {
+  const std::string ini = write_ini("[data]\npath = /d\n[train]\nepochs = 3\n# epochs = 9\nbatch_size = 8\n"
+                                    "  epochs=4   # again\n");
+  const std::string message = error_of({"--config", ini});
+  EXPECT_NE(message.find(ini + ":7: train.epochs is given twice, on lines 4 and 7"), std::string::npos) << message;
+  // One name in two sections is two keys; a comment is no key.
+  const std::string sections = write_ini("[data]\npath = /d\n[train]\nseed = 3\n[ckpt]\n#seed = 1\n");
+  EXPECT_EQ(error_of({"--config", sections}), "");
+}
+
+// Editors on Windows save UTF-8 with a byte-order mark first.
+TEST_F(ParserTest, AByteOrderMarkIsAccepted) {
+  const ParsedArgs parsed = parse_args({"--config", write_ini("\xEF\xBB\xBF[train]\nepochs = 7\n[data]\npath = /d\n")},
+                                       {}, true, true);
+  EXPECT_EQ(parsed.config.train.epochs, 7);
+  EXPECT_EQ(parsed.config.data.path, "/d");
+}
+
 TEST_F(ParserTest, CommandFlagsAndPositionalsAreSeparated) {
   const ParsedArgs parsed = parse_args({"fashion-mnist", "--out", "x", "--overwrite"},
                                        {{"out", true, ""}, {"overwrite", false, ""}}, false, false);

@@ -4,10 +4,12 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "hpctrain/core/error.h"
 
@@ -78,6 +80,25 @@ TEST(System, ProcessAgeIsTheTimeSinceThisProcessStarted) {
   EXPECT_LT(first, 3600.0);  // a test process, not the machine's uptime
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_GE(process_age_s() - first, 0.15);
+}
+
+TEST(System, AffinityCpusAreTheMasksCount) {
+  const std::vector<int> cpus = affinity_cpus();
+  EXPECT_EQ(static_cast<int>(cpus.size()), affinity_cores());
+  EXPECT_TRUE(std::is_sorted(cpus.begin(), cpus.end()));
+}
+
+// Note [Threads per rank]: bound ranks keep their cores; ranks that may run on the same cores
+// share them; train.threads overrides.
+TEST(System, ThreadsPerRankShareTheCoresOfRanksThatOverlap) {
+  EXPECT_EQ(threads_per_rank({{0}, {1}}, 0), (std::vector<int>{1, 1}));  // mpirun's binding
+  EXPECT_EQ(threads_per_rank({{0, 1}, {0, 1}}, 0), (std::vector<int>{1, 1}));  // --bind-to none, 2 cores
+  const std::vector<int> sixteen{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  EXPECT_EQ(threads_per_rank({sixteen, sixteen, sixteen, sixteen}, 0), (std::vector<int>{4, 4, 4, 4}));
+  EXPECT_EQ(threads_per_rank({{0, 1}, {0, 1}, {0, 1}, {0, 1}}, 0), (std::vector<int>{1, 1, 1, 1}));  // at least 1
+  // Two ranks sharing a socket's cores and one with a socket of its own.
+  EXPECT_EQ(threads_per_rank({{0, 1, 2, 3}, {0, 1, 2, 3}, {4, 5, 6, 7}}, 0), (std::vector<int>{2, 2, 4}));
+  EXPECT_EQ(threads_per_rank({{0, 1}, {0, 1}}, 3), (std::vector<int>{3, 3}));
 }
 
 }  // namespace

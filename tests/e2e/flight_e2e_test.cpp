@@ -1,10 +1,11 @@
 // The flight recorder through the real executable at -np 2 (Note [Flight recorder]): a rank that
 // skips a collective, one that issues a different size and one that sleeps before a collective
 // (HPCTRAIN_FAULT) each end the job with a message that names the rank and the collective, within
-// dist.timeout_s + 10 s of the fault (the skip with dist.check_collectives), with both ranks'
-// dumps written; `hpctrain doctor --flight`
-// says the same. HPCTRAIN_FLIGHT_REPEATS=N repeats each case N times (docs/reliability.md: 10).
-// SIGUSR2 makes every rank dump while the run goes on.
+// dist.timeout_s + 10 s of the fault, with both ranks' dumps written; `hpctrain doctor --flight`
+// says the same. The skip and the resize run with the default options (dist.check_collectives on:
+// Note [Checked collectives]) ten times each, since unchecked they could end otherwise by luck;
+// HPCTRAIN_FLIGHT_REPEATS=N repeats the sleep N times. SIGUSR2 makes every rank dump while the run
+// goes on.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -33,6 +34,8 @@ int repeats() {
   return text == nullptr ? 1 : std::max(1, std::atoi(text));
 }
 
+constexpr int kDesyncRepeats = 10;
+
 class FlightRecorderEndToEnd : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -51,11 +54,11 @@ class FlightRecorderEndToEnd : public ::testing::Test {
 
   // Runs with HPCTRAIN_FAULT=`fault` and checks the end: exit 5, `expected` (a regex) in the one
   // error line, within the timeout + 10 s of the fault, and the doctor saying the same.
-  static void expect_named(const std::string& fault, const std::string& expected, const std::string& extra = "") {
-    for (int i = 0; i < repeats(); ++i) {
+  static void expect_named(const std::string& fault, const std::string& expected, int times) {
+    for (int i = 0; i < times; ++i) {
       SCOPED_TRACE(fault + ", repetition " + std::to_string(i + 1));
       const std::string run = work_ + "/" + fault.substr(0, fault.find('@')) + "-" + std::to_string(i);
-      const ProcessResult r = run_command(train(run, "HPCTRAIN_FAULT=" + fault) + extra);
+      const ProcessResult r = run_command(train(run, "HPCTRAIN_FAULT=" + fault));
       const double ended = unix_now();
       EXPECT_EQ(r.exit_code, 5) << r.err;
       std::smatch fired;
@@ -82,21 +85,23 @@ std::string FlightRecorderEndToEnd::work_;
 std::string FlightRecorderEndToEnd::data_;
 
 TEST_F(FlightRecorderEndToEnd, ARankThatSleepsBeforeACollectiveIsNamed) {
-  expect_named("sleep@1:collective#60", "collective #[0-9]+ \\(allreduce of [0-9]+ bytes Float, bucket [0-9]\\): "
-                                        "rank 1 never issued it .*rank 0 did");
+  expect_named("sleep@1:collective#60",
+               "collective #[0-9]+ \\(allreduce of [0-9]+ bytes Float, bucket [0-9]\\): rank 1 never issued it .*rank 0 did",
+               repeats());
 }
 
-// Without dist.check_collectives, MPI pairs the skipper's later collectives with the others' unlike
-// ones, which may overwrite memory before any rank sees an error (Note [Checked collectives]).
+// Unchecked, MPI would pair the skipper's later collectives with the others' unlike ones, which
+// may overwrite memory before any rank sees an error (Note [Checked collectives]).
 TEST_F(FlightRecorderEndToEnd, ARankThatSkipsACollectiveIsNamed) {
   expect_named("skip@1:collective#60",
-               "rank 1 skipped collective #[0-9]+ \\(allreduce of [0-9]+ bytes Float, bucket [0-9]\\)",
-               " --dist.check_collectives=true");
+               "rank 1 skipped collective #[0-9]+ \\(allreduce of [0-9]+ bytes Float, bucket [0-9]\\)", kDesyncRepeats);
 }
 
 TEST_F(FlightRecorderEndToEnd, ARankThatIssuesAnotherSizeIsNamed) {
-  expect_named("resize@1:collective#60", "collective #[0-9]+ differs between ranks \\(a desync\\): rank [01] issued "
-                                         "allreduce of [0-9]+ bytes Float, bucket [0-9]; rank [01] issued allreduce");
+  expect_named("resize@1:collective#60",
+               "collective #[0-9]+ differs between ranks \\(a desync\\): rank [01] issued allreduce of [0-9]+ bytes "
+               "Float, bucket [0-9]; rank [01] issued allreduce",
+               kDesyncRepeats);
 }
 
 TEST_F(FlightRecorderEndToEnd, Sigusr2MakesEveryRankDumpWhileTheRunGoesOn) {

@@ -228,6 +228,77 @@ TEST_F(PretrainedEndToEnd, SamplingIsReproducibleAtAnyRankCountFromACheckpoint) 
   EXPECT_NE(runs[0][0]["tokens"], runs[0][1]["tokens"]) << "two prompts drew the same tokens";
 }
 
+// The first training record's loss of a run.
+double first_loss(const std::string& run) {
+  for (const json& record : read_jsonl(run + "/metrics.jsonl")) {
+    if (record.contains("step_ms")) return record["loss"].get<double>();
+  }
+  ADD_FAILURE() << run << " has no training record";
+  return 0;
+}
+
+// `text` without its lines containing `needle`.
+std::string without_lines(const std::string& text, const std::string& needle) {
+  std::istringstream in(text);
+  std::string out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(needle) == std::string::npos) out += line + "\n";
+  }
+  return out;
+}
+
+// Hugging Face GPT-2's names make a model with GPT-2's tanh GELU unless model.gpt_activation is
+// given: through train (the first step's loss is the tanh model's, the resolved config says so),
+// eval and generate (each logs the choice).
+TEST_F(PretrainedEndToEnd, GptTwosNamesImplyItsActivationUnlessOneIsGiven) {
+  const std::string weights = work_ + "/gpt2/gpt2.safetensors";
+  const std::string given = " --model.gpt_activation=gelu_tanh";
+  const auto run = [&](const std::string& name, const std::string& activation) {
+    std::string command = train(1, name, weights, "--train.max_steps=1 --optim.lr=1e-10 " + activation);
+    command.erase(command.find(given), given.size());
+    return run_command(command);
+  };
+  const ProcessResult implied = run("implied", "");
+  const ProcessResult tanh = run("tanh", "--model.gpt_activation=gelu_tanh");
+  const ProcessResult exact = run("exact", "--model.gpt_activation=gelu");
+  ASSERT_EQ(implied.exit_code, 0) << implied.err;
+  ASSERT_EQ(tanh.exit_code, 0) << tanh.err;
+  ASSERT_EQ(exact.exit_code, 0) << exact.err;
+  EXPECT_NE(implied.err.find("model.gpt_activation: gelu_tanh (Hugging Face GPT-2's weights"), std::string::npos)
+      << implied.err;
+  EXPECT_NE(exact.err.find("model.gpt_activation=gelu as given, though Hugging Face GPT-2's weights were trained "
+                           "with gelu_tanh"),
+            std::string::npos)
+      << exact.err;
+  EXPECT_EQ(first_loss(work_ + "/implied"), first_loss(work_ + "/tanh"));
+  EXPECT_NE(first_loss(work_ + "/exact"), first_loss(work_ + "/tanh"));
+  const std::string resolved = read_file(work_ + "/implied/config.ini");
+  EXPECT_NE(resolved.find("gpt_activation = gelu_tanh\n"), std::string::npos) << resolved;
+
+  // eval with a config that names the weights but not the activation.
+  const std::string eval_config = work_ + "/eval-implied.ini";
+  std::ofstream(eval_config) << without_lines(resolved, "gpt_activation");
+  const ProcessResult evaluated = run_command(kBin + " eval --checkpoint " + work_ +
+                                              "/implied/checkpoints/ckpt-1.h5 --config " + eval_config);
+  EXPECT_EQ(evaluated.exit_code, 0) << evaluated.err;
+  EXPECT_NE(evaluated.err.find("model.gpt_activation: gelu_tanh"), std::string::npos) << evaluated.err;
+
+  // generate --weights with such a config continues as the Python module (tanh GELU) does.
+  const std::string config = work_ + "/generate-implied.ini";
+  std::ofstream(config) << "[model]\nname = gpt\ngpt_layers = 0\ngpt_embd = 0\ngpt_block_size = 0\ngpt_heads = 2\n"
+                           "dropout = 0\n";
+  const ProcessResult python =
+      run_command(kReference + " greedy " + work_ + "/gpt2/gpt2.pt --prompt hello --new 20 --heads 2");
+  ASSERT_EQ(python.exit_code, 0) << python.err;
+  const ProcessResult generated_run = run_command(kBin + " generate --weights " + weights + " --config " + config +
+                                                  " --tokenizer bytes --prompt hello --max-new-tokens 20 --temperature 0");
+  ASSERT_EQ(generated_run.exit_code, 0) << generated_run.err;
+  EXPECT_NE(generated_run.err.find("model.gpt_activation: gelu_tanh"), std::string::npos) << generated_run.err;
+  const std::vector<json> records = generated(generated_run);
+  ASSERT_EQ(records.size(), 1u) << generated_run.out;
+  EXPECT_EQ(records[0]["tokens"], json::parse(python.out));
+}
+
 TEST_F(PretrainedEndToEnd, BadWeightsAreOneLineAndWriteNothing) {
   const std::string truncated = work_ + "/truncated.safetensors";
   {

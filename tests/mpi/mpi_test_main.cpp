@@ -1,9 +1,11 @@
 // main() of the MPI test binary: one Bootstrap for the whole run; only rank 0 prints GoogleTest's
-// output, and the exit code is non-zero on every rank if any rank failed a test.
+// output, and the exit code is non-zero on every rank if any rank failed a test; rank 0 names the
+// tests that skipped themselves when none failed (skip_report.h).
 #include <gtest/gtest.h>
 
 #include "hpctrain/comm/bootstrap.h"
 #include "mpi_fixture.h"
+#include "skip_report.h"
 
 namespace hpctrain::testing {
 
@@ -23,5 +25,6 @@ int main(int argc, char** argv) {
   const int rc = RUN_ALL_TESTS();
   const bool all_passed = bootstrap.all_true(rc == 0);
   if (rc != 0) std::fprintf(stderr, "rank %d: tests failed\n", bootstrap.world_rank());
+  if (all_passed && bootstrap.world_rank() == 0) hpctrain::testing::print_skipped_tests();
   return all_passed ? 0 : 1;
 }

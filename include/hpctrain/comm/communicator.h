@@ -83,7 +83,7 @@ void validate_backend(config::Backend backend, bool cuda);
 // unusable here, saying what to use instead.
 std::unique_ptr<Communicator> make_communicator(config::Backend backend, Bootstrap& bootstrap,
                                                 bool cuda, int device_index, double timeout_s = 300,
-                                                bool check_collectives = false);
+                                                bool check_collectives = true);
 
 // NCCL's version as "2.28.9" when built with NCCL, else "".
 std::string nccl_version();

@@ -15,7 +15,7 @@ namespace hpctrain::config {
 enum class DataIo { kMmap, kPosix, kMpio };
 enum class ModelName { kFashionCnn, kMlp, kResnet, kGpt, kUnet, kTorchscript };
 enum class InitNames { kAuto, kHpctrain, kHfGpt2 };
-enum class GptActivation { kGelu, kGeluTanh };
+enum class GptActivation { kGelu, kGeluTanh, kAuto };
 enum class LoraBaseDtype { kFloat32, kBf16 };
 enum class OptimizerName { kAdamW, kSgd };
 enum class LrScaling { kNone, kLinear, kSqrt };
@@ -41,7 +41,7 @@ struct Choices;
 HT_CHOICES(DataIo, "mmap", "posix", "mpio");
 HT_CHOICES(ModelName, "fashion_cnn", "mlp", "resnet", "gpt", "unet", "torchscript");
 HT_CHOICES(InitNames, "auto", "hpctrain", "hf-gpt2");
-HT_CHOICES(GptActivation, "gelu", "gelu_tanh");
+HT_CHOICES(GptActivation, "gelu", "gelu_tanh", "auto");
 HT_CHOICES(LoraBaseDtype, "float32", "bf16");
 HT_CHOICES(OptimizerName, "adamw", "sgd");
 HT_CHOICES(LrScaling, "none", "linear", "sqrt");
@@ -95,6 +95,7 @@ struct ResumeFrom {
 
 struct RunConfig {
   std::string dir;  // run directory: config.ini, logs/, metrics.jsonl, checkpoints/
+  double lock_stale_s = 30;  // a lock without a heartbeat this long, held on another host, is a dead job's
 };
 
 struct DataConfig {
@@ -203,7 +204,7 @@ struct DistConfig {
   DeviceKind device = DeviceKind::kAuto;
   bool allow_shared_gpu = false;  // more ranks on a node than visible GPUs: share them round-robin
   std::int64_t flight_records = 0;  // collectives each rank remembers for a hang's dump; 0: none
-  bool check_collectives = false;   // the ranks agree on each collective before it runs (MPI)
+  bool check_collectives = true;    // the ranks agree on each collective before it runs (MPI)
 };
 
 struct CkptConfig {

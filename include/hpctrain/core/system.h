@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace hpctrain::sys {
 
@@ -11,6 +12,15 @@ std::string host_name();
 
 // Number of CPUs in this process's affinity mask (what mpirun/srun bound it to); at least 1.
 int affinity_cores();
+// The CPUs of that mask, ascending.
+std::vector<int> affinity_cpus();
+
+// Note [Threads per rank]: intra-op threads for each of one node's ranks, given the CPUs each may
+// run on: `threads` when > 0 (train.threads), else a rank's CPUs divided among the ranks whose
+// CPUs overlap its own, at least 1. Ranks bound to cores of their own keep them all; ranks left
+// unbound (mpirun --bind-to none, srun --cpu-bind=none) share the node's cores instead of each
+// taking every one of them.
+std::vector<int> threads_per_rank(const std::vector<std::vector<int>>& cpus, int threads);
 
 // The memory this process may use, in bytes: the host's physical memory, or less where its
 // cgroup (a Slurm job's, say; v2 memory.max, v1 memory.limit_in_bytes) sets a lower limit. 0

@@ -11,15 +11,17 @@
 #include <memory>
 #include <string>
 
-namespace hpctrain::train {
-
+namespace hpctrain::tensorboard {
 class TensorBoardWriter;
+}
+
+namespace hpctrain::train {
 
 class MetricsWriter {
  public:
   // `enabled` false (ranks other than 0) makes every call a no-op.
   MetricsWriter(const std::string& path, bool enabled);
-  // From here on each record also goes to a TensorBoard event file in `dir` (tensorboard_writer.h),
+  // From here on each record also goes to a TensorBoard event file in `dir` (tensorboard/tensorboard_writer.h),
   // which starts at `step` with `config_text`.
   void start_tensorboard(const std::string& dir, std::int64_t step, const std::string& config_text);
   void write(const nlohmann::json& record);
@@ -28,7 +30,7 @@ class MetricsWriter {
   std::ofstream out_;
   bool enabled_;
   // Shared only so that a build without protobuf (no tensorboard_writer.cpp) needs no destructor.
-  std::shared_ptr<TensorBoardWriter> tensorboard_;
+  std::shared_ptr<tensorboard::TensorBoardWriter> tensorboard_;
 };
 
 }  // namespace hpctrain::train

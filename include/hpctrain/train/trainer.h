@@ -41,6 +41,7 @@ struct TrainingSetup {
   std::shared_ptr<model::Model> model;
   int threads = 1;        // intra-op threads of this rank
   bool use_cuda = false;  // dist.device resolved; the GPU index follows once MPI knows the node
+  std::int64_t checkpoint_bytes = 0;  // about what one checkpoint takes (train/checkpoint_room.h)
 
   bool language_model() const { return (train ? train : eval)->language_model(); }
 };

@@ -30,6 +30,11 @@ MappedWeights map_weights(const config::ModelConfig& model, const WeightFile& fi
 // embedding's rows (0 when there is none). Throws ConfigError when a 0 cannot be filled.
 void fill_gpt_shape(config::ModelConfig& model, const ckpt::NamedTensors& weights, std::int64_t& vocabulary);
 
+// model.gpt_activation=auto resolved for weights read with `names`: gelu_tanh for Hugging Face
+// GPT-2's (the activation they were trained with), else gelu; logged, as is a given activation
+// that differs from what the names imply. A no-op for models other than gpt.
+void resolve_gpt_activation(config::ModelConfig& model, config::InitNames names);
+
 struct InitReport {
   std::vector<std::string> loaded;
   std::vector<std::string> missing;     // in the model, not in the file

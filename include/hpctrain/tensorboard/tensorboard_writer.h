@@ -1,10 +1,12 @@
 // TensorBoard's event file of a run (log.tensorboard): rank 0 writes
 // <run.dir>/tensorboard/events.out.tfevents.<unix time>.<host>.<pid>, TFRecords (io/tfrecord.h) of
-// TensorFlow's Event protobuf (src/train/tfevents.proto): a file_version event, the resolved
+// TensorFlow's Event protobuf (src/tensorboard/tfevents.proto): a file_version event, the resolved
 // config once as a text summary, then every number of every metrics.jsonl record as a scalar
 // under its name at the record's step. Each event goes to the file at once, so a run stopped by
 // a signal (exit 75) or killed loses nothing written before. Depends on core, io and
-// nlohmann-json; the protobuf stays in the .cpp.
+// nlohmann-json. The protobuf stays in the .cpp, and this module never sees libtorch's include
+// directories: a pip or pytorch.org libtorch carries protobuf headers of another version there,
+// which the code protoc generates does not compile against (docs/building.md).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -18,7 +20,7 @@ namespace hpctrain::io {
 class TfRecordWriter;
 }
 
-namespace hpctrain::train {
+namespace hpctrain::tensorboard {
 
 class TensorBoardWriter {
  public:
@@ -38,4 +40,4 @@ class TensorBoardWriter {
   std::map<std::string, std::int64_t> last_step_;  // the step each tag was last written at
 };
 
-}  // namespace hpctrain::train
+}  // namespace hpctrain::tensorboard

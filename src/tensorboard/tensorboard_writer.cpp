@@ -1,4 +1,4 @@
-#include "hpctrain/train/tensorboard_writer.h"
+#include "hpctrain/tensorboard/tensorboard_writer.h"
 
 #include <unistd.h>
 
@@ -8,9 +8,9 @@
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/system.h"
 #include "hpctrain/io/tfrecord.h"
-#include "train/tfevents.pb.h"  // generated from src/train/tfevents.proto
+#include "tensorboard/tfevents.pb.h"  // generated from src/tensorboard/tfevents.proto
 
-namespace hpctrain::train {
+namespace hpctrain::tensorboard {
 namespace {
 
 constexpr int kDtString = 7;  // tensorflow.DataType DT_STRING
@@ -97,4 +97,4 @@ void TensorBoardWriter::write(const nlohmann::json& record) {
 
 const std::string& TensorBoardWriter::path() const { return file_->path(); }
 
-}  // namespace hpctrain::train
+}  // namespace hpctrain::tensorboard
