@@ -31,6 +31,7 @@ usage: /usr/bin/python3 jobs/bench/torchrun.py --nproc_per_node=N jobs/bench/ddp
          [--layers 4 --heads 4 --embd 128 --block-size 128]
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -231,6 +232,63 @@ def adamw(args, params, **options):
     return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, **options)
 
 
+def train_step(args, ddp, model, optimizer, schedule, average, x, y):
+    """One optimizer step: forward, backward (DDP's allreduce), clipping, the update, the moving average."""
+    if args.model == "unet":
+        loss = ddp(x, y)
+    else:
+        logits = ddp(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if args.model in ("gpt", "unet"):
+        torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
+    optimizer.step()
+    if average:
+        with torch.no_grad():
+            for kept, weight in zip(average, model.parameters()):
+                kept.lerp_(weight, 1 - 0.999)
+    if schedule:
+        schedule.step()
+    return loss
+
+
+class OpProfile:
+    """--profile-steps: each step of A..B profiled on its own (torch.autograd.profiler, the legacy
+    profiler hpctrain's log.profile_steps uses too), key_averages() summed over the steps and
+    written as hpctrain writes <run.dir>/profile/rank-<r>.tsv."""
+
+    def __init__(self, steps):
+        self.first, self.last = (int(n) for n in steps.split("-")) if steps else (0, -1)
+        self.rows = {}
+        self.wall_ms = 0.0
+        self.steps = 0
+
+    @contextlib.contextmanager
+    def step(self, step):
+        if not self.first <= step <= self.last:
+            yield
+            return
+        start = time.perf_counter()
+        with torch.autograd.profiler.profile(use_kineto=False) as prof:
+            yield
+        self.wall_ms += (time.perf_counter() - start) * 1e3
+        self.steps += 1
+        for row in prof.key_averages():
+            calls, self_ms, total_ms = self.rows.get(row.key, (0, 0.0, 0.0))
+            self.rows[row.key] = (calls + row.count, self_ms + row.self_cpu_time_total / 1e3,
+                                  total_ms + row.cpu_time_total / 1e3)
+
+    def write(self, path):
+        if self.steps == 0:
+            return
+        with open(path, "w") as out:
+            out.write(f"# {self.steps} optimizer step(s), {self.wall_ms} ms of step work (wall); self and total "
+                      "CPU ms of each operator over them, summed per name\nname\tcalls\tself_ms\ttotal_ms\n")
+            for key, (calls, self_ms, total_ms) in sorted(self.rows.items(), key=lambda kv: -kv[1][1]):
+                out.write(f"{key}\t{calls}\t{self_ms}\t{total_ms}\n")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", choices=["fashion_cnn", "gpt", "unet"], required=True)
@@ -248,6 +306,10 @@ def main():
                         help="shard AdamW's state with torch.distributed.optim.ZeroRedundancyOptimizer")
     parser.add_argument("--test-fraction", type=float, default=0.1)
     parser.add_argument("--sample", type=int, default=0, metavar="S", help="unet: time DDIM sampling in S steps")
+    parser.add_argument("--profile-steps", default="", metavar="A-B",
+                        help="time each operator of steps A to B (from 1) with torch.autograd.profiler, as "
+                             "hpctrain's log.profile_steps does, and write rank 0's table to --profile-out")
+    parser.add_argument("--profile-out", default="profile.tsv")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.check_state_dict:
@@ -299,29 +361,18 @@ def main():
 
     first_step_s = None
     timed_from = None
+    profile = OpProfile(args.profile_steps)
     for step in range(args.steps):
         x, y = next(batches)
-        if args.model == "unet":
-            loss = ddp(x, y)
-        else:
-            logits = ddp(x)
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if args.model in ("gpt", "unet"):
-            torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
-        optimizer.step()
-        if average:
-            with torch.no_grad():
-                for kept, weight in zip(average, model.parameters()):
-                    kept.lerp_(weight, 1 - 0.999)
-        if schedule:
-            schedule.step()
+        with profile.step(step + 1):
+            loss = train_step(args, ddp, model, optimizer, schedule, average, x, y)
         if step == 0:
             first_step_s = time.time() - launch
         if step + 1 == args.warmup:
             timed_from = time.perf_counter()
     elapsed = time.perf_counter() - timed_from
+    if rank == 0:
+        profile.write(args.profile_out)
     rss = [None] * world
     dist.all_gather_object(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     if rank == 0:

@@ -23,7 +23,7 @@ run() {  # NAME BIND THREADS EXTRA...: the median step_ms of one run
   shift 3
   rm -rf "$out/$name"
   mpirun --oversubscribe $bind -np 2 "$bin" train --config configs/text_gpt.ini --data.path="$out/text" \
-    --run.dir="$out/$name" --data.eval_split= --train.max_steps="$steps" --log.every_steps=5 \
+    --run.dir="$out/$name" --data.eval_split= --train.max_steps="$steps" --log.every_steps=2 \
     --ckpt.save_final=false --log.tensorboard=false --train.threads="$threads" "$@" > "$out/$name.log" 2>&1
   /usr/bin/python3 -c '
 import json, statistics, sys

@@ -159,8 +159,8 @@ std::string write_failure(const fs::path& target, const std::string& what, std::
   if (!full) return "writing checkpoint " + target.string() + ": " + what;
   constexpr double kMB = 1e6;
   return fmt::format("writing checkpoint {}: no space left on device: {:.1f} MB free on the file system of {}, "
-                     "the checkpoint needs about {:.1f} MB; free space there, lower ckpt.keep_last, or set run.dir on a "
-                     "larger file system (the checkpoints written before are kept)",
+                     "the checkpoint needs about {:.1f} MB; free space there, lower ckpt.keep_last, or set run.dir "
+                     "on a larger file system (the checkpoints written before are kept)",
                      target.string(), ec ? 0.0 : static_cast<double>(space.available) / kMB,
                      target.parent_path().string(), static_cast<double>(needed) / kMB);
 }

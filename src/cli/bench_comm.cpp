@@ -23,7 +23,8 @@ namespace {
 
 const char* const kCommUsage =
     "usage: [mpirun -np N] hpctrain bench comm [--backend mpi|nccl] [--min-bytes 4KiB]\n"
-    "                                          [--max-bytes 256MiB] [--iters 20] [--rounds 3]\n\n"
+    "                                          [--max-bytes 256MiB] [--iters 20] [--rounds 3]\n"
+    "                                          [--check-collectives true|false]\n\n"
     "Allreduce (sum, float32) of every size from --min-bytes to --max-bytes, times 4 each step,\n"
     "through the mpi or nccl communicator (nccl: each rank on the GPU of its node-local rank) in\n"
     "two ways: allreduce_blocking() (what the trainer uses when it waits at once; mpi: on the\n"
@@ -33,7 +34,9 @@ const char* const kCommUsage =
     "--iters timed calls of each in turn, so that the machine's drift touches all three alike;\n"
     "time is the median over rounds of the mean per call, averaged over ranks. As in\n"
     "nccl-tests, algbw = bytes / time and busbw = algbw * 2(n-1)/n. The check allreduces rank+1\n"
-    "from every rank and compares each element with n(n+1)/2.\n";
+    "from every rank and compares each element with n(n+1)/2. --check-collectives acts as\n"
+    "dist.check_collectives does (default true: the mpi communicator's collectives each cost one\n"
+    "small allreduce more; false times the transport alone).\n";
 
 constexpr int kWarmup = 5;
 
@@ -119,7 +122,11 @@ int bench_comm(const config::ParsedArgs& parsed) {
                       "or CUDA_VISIBLE_DEVICES hides them); use --backend mpi");
   }
 
-  const Ranks ranks = start_ranks(bench_start(cuda, backend));
+  const std::string checked = parsed.has("check-collectives") ? parsed.flags.at("check-collectives") : "true";
+  if (checked != "true" && checked != "false") {
+    throw ConfigError("bench comm: --check-collectives must be true or false, got '" + checked + "'");
+  }
+  const Ranks ranks = start_ranks(bench_start(cuda, backend, checked == "true"));
   const auto& bootstrap = ranks.bootstrap;
   const c10::Device device = ranks.device;
   const auto& comm = ranks.comm;
@@ -127,9 +134,11 @@ int bench_comm(const config::ParsedArgs& parsed) {
   const double bus_factor = 2.0 * (n - 1) / n;
 
   if (bootstrap->world_rank() == 0) {
-    std::printf("# bench comm: allreduce sum float32, backend %s on %s, %d rank(s), %d warm-up + %d x %d "
+    std::printf("# bench comm: allreduce sum float32, backend %s on %s, %d rank(s)%s, %d warm-up + %d x %d "
                 "timed calls per size and way\n# %10s %12s | %10s %10s %10s | %10s %10s | %10s %10s %10s | %s\n",
-                backend_name.c_str(), device.str().c_str(), n, kWarmup, rounds, iters, "bytes", "elements",
+                backend_name.c_str(), device.str().c_str(), n,
+                backend == config::Backend::kMpi && checked == "false" ? " (collectives unchecked)" : "", kWarmup,
+                rounds, iters, "bytes", "elements",
                 "block(us)", "algbw", "busbw", "wait(us)", "busbw", "mpi(us)", "algbw", "busbw", "check");
   }
   bool all_ok = true;

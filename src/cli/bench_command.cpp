@@ -35,7 +35,7 @@ const std::vector<BenchMode>& bench_modes() {
       {"data", "",
        {"data", "split", "batch-size", "repeats", "prefetch", "cache-mb", "shuffle-window-mb", "cold", "data-io"}},
       {"data", "io", {"data", "io", "split", "repeats", "cache-mb", "cold"}},
-      {"comm", "", {"backend", "min-bytes", "max-bytes", "iters", "rounds"}},
+      {"comm", "", {"backend", "min-bytes", "max-bytes", "iters", "rounds", "check-collectives"}},
       {"step", "", with(kModelFlags, {"tf32"})},
       {"step", "zero-stage", with(kModelFlags, {"zero-stage", "optimizer"})},
       {"step", "update", with(kModelFlags, {"tf32", "update", "cuda-graphs", "profile"})},

@@ -624,6 +624,12 @@ std::vector<Option> build_table() {
           "<run.dir>/trace/rank-<r>.json for Perfetto or chrome://tracing; `hpctrain trace merge "
           "RUN_DIR` joins the ranks. Empty: no timeline. docs/monitoring.md.",
           step_range()),
+      row("log.profile_steps", &C::log, &LogConfig::profile_steps, "",
+          "A-B: every rank times each libtorch operator of optimizer steps A to B with libtorch's "
+          "profiler and writes its calls, self and total CPU milliseconds, most expensive first, to "
+          "<run.dir>/profile/rank-<r>.tsv (the table torch.autograd.profiler's key_averages() gives "
+          "in PyTorch). Profiled steps run slower. Empty: none. docs/monitoring.md.",
+          step_range()),
   };
 }
 

@@ -169,15 +169,20 @@ bool create_lock(const std::string& path, const std::string& text) {
   return true;
 }
 
-// One heartbeat: the count rewritten in place, after checking the file is still this job's.
+// One heartbeat: the count rewritten in place, after checking the file is still this job's,
+// through one descriptor, so the file checked is the file written (a take-over renames it aside).
 bool beat_once(RunLock::State& state) {
-  const std::optional<std::string> text = read_lock(state.path);
-  const std::optional<LockHolder> holder = text ? parse_holder(*text) : std::nullopt;
-  if (!holder || holder->token != state.self.token) return false;
-  const std::string next = lock_text(state.self, ++state.beat);
-  const int fd = ::open(state.path.c_str(), O_WRONLY | O_CLOEXEC);
+  const int fd = ::open(state.path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return false;
-  const bool written = ::pwrite(fd, next.data(), next.size(), 0) == static_cast<ssize_t>(next.size());
+  std::string text(4096, '\0');
+  const ssize_t got = ::pread(fd, text.data(), text.size(), 0);
+  text.resize(got > 0 ? static_cast<size_t>(got) : 0);
+  const std::optional<LockHolder> holder = parse_holder(text);
+  bool written = false;
+  if (holder && holder->token == state.self.token) {
+    const std::string next = lock_text(state.self, ++state.beat);
+    written = ::pwrite(fd, next.data(), next.size(), 0) == static_cast<ssize_t>(next.size());
+  }
   ::close(fd);  // which sends the bytes to a network file system's server
   return written;
 }

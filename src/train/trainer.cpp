@@ -34,6 +34,7 @@ Trainer::Trainer(TrainingSetup setup, comm::ControlPlane& control, comm::Communi
       policy_(setup_.config, control),
       progress_(setup_.config, comm, device, metrics_, setup_.language_model()),
       evaluation_(setup_.eval, setup_.config, comm, device, metrics_),
+      profile_(config::parse_step_range(setup_.config.log.profile_steps), run_dir_.profile_path(control.world_rank())),
       checkpointer_(setup_.config, control, run_dir_, device) {
   torch::manual_seed(rank_seed(setup_.config.train.seed, control.world_rank(), /*step=*/0));
 }
@@ -131,7 +132,9 @@ bool Trainer::train_epoch(std::int64_t epoch, std::int64_t cursor) {
       return reader.next();
     }();
     const StepPlan plan{lr_at(setup_.config.optim, peak_lr_, step_.count(), total_steps_), policy_.records(next, last)};
+    profile_.before_step(next);
     const StepResult result = step_.run(input.micro_batches, plan);
+    profile_.after_step(next);
     if (!after_step(result, input, reader, epoch, last)) return false;
   }
   return true;

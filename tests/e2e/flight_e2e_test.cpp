@@ -86,7 +86,8 @@ std::string FlightRecorderEndToEnd::data_;
 
 TEST_F(FlightRecorderEndToEnd, ARankThatSleepsBeforeACollectiveIsNamed) {
   expect_named("sleep@1:collective#60",
-               "collective #[0-9]+ \\(allreduce of [0-9]+ bytes Float, bucket [0-9]\\): rank 1 never issued it .*rank 0 did",
+               "collective #[0-9]+ \\(allreduce of [0-9]+ bytes Float, bucket [0-9]\\): "
+               "rank 1 never issued it .*rank 0 did",
                repeats());
 }
 

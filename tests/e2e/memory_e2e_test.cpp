@@ -88,7 +88,7 @@ class MemoryCheckEndToEnd : public ::testing::Test {
 
   void SetUp() override {
     cgroup_ = MemoryCgroup::make(kLimit, "1g");
-    if (!cgroup_) GTEST_SKIP() << "SKIP: cannot make a memory cgroup here (needs root and a memory controller)";
+    if (!cgroup_) GTEST_SKIP() << "cannot make a memory cgroup here (needs root and a memory controller)";
   }
 
   // `hpctrain train` of fashion_cnn, 1 rank, inside the cgroup, into a fresh run directory.

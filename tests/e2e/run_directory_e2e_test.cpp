@@ -88,9 +88,10 @@ TEST_F(RunDirectoryEndToEnd, ASecondJobOnARunDirectoryInUseIsRefusedAndWritesNot
 TEST_F(RunDirectoryEndToEnd, TheLockOfAKilledJobIsTakenOverAtOnce) {
   const std::string run = work_ + "/killed";
   const ProcessResult r = run_command("(" + started(run, train(run, "--train.max_steps=100000 --train.epochs=1000")) +
-                                      "kill -9 $(cat " + run + ".pid); wait; " + "test -f " + run + "/lock || exit 9; " +
+                                      "kill -9 $(cat " + run + ".pid); wait; test -f " + run + "/lock || exit 9; " +
                                       "start=$(date +%s.%N); " + train(run, "--train.max_steps=2 --ckpt.resume=none") +
-                                      "; status=$?; awk -v a=$start -v b=$(date +%s.%N) 'BEGIN { print \"took \" b - a \" s\" }'; exit $status)");
+                                      "; status=$?; awk -v a=$start -v b=$(date +%s.%N) "
+                                      "'BEGIN { print \"took \" b - a \" s\" }'; exit $status)");
   ASSERT_NE(r.exit_code, 9) << "the killed job left no lock to take over";
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("run.dir: taking over the lock " + run + "/lock of host " + sys::host_name()),
@@ -123,7 +124,8 @@ TEST_F(RunDirectoryEndToEnd, ACheckpointThatDoesNotFitSaysNoSpaceAndKeepsTheLast
   EXPECT_NE(r.err.find("less than two checkpoints of about"), std::string::npos) << r.err;
   const std::regex full("hpctrain: error: writing checkpoint " + checkpoints + "/ckpt-[46].h5: no space left on "
                         "device: [0-9.]+ MB free on the file system of " + checkpoints + ", the checkpoint needs "
-                        "about [0-9.]+ MB; free space there, lower ckpt.keep_last, or set run.dir on a larger file system");
+                        "about [0-9.]+ MB; free space there, lower ckpt.keep_last, or set run.dir on a larger "
+                        "file system");
   EXPECT_TRUE(std::regex_search(r.err, full)) << r.err;
   for (const std::string& name : left) EXPECT_EQ(name.find(".tmp-"), std::string::npos) << name;
   EXPECT_NE(std::find(left.begin(), left.end(), "latest"), left.end());

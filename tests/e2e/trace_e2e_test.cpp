@@ -176,5 +176,43 @@ TEST_F(TraceEndToEnd, EachRankWritesTheStepsAskedForAndMergeJoinsThem) {
   EXPECT_NE(none.err.find("--log.trace_steps=A-B"), std::string::npos) << none.err;
 }
 
+// log.profile_steps: every rank's table of the operators of the steps asked for, a convolution's
+// among them, each operator's self time within its total.
+TEST_F(TraceEndToEnd, EachRankWritesTheOperatorTableOfTheStepsAskedFor) {
+  const std::string run = work_ + "/profiled";
+  const ProcessResult r = run_command(
+      mpirun(2) + kBin + " train --config " + kSource + "/configs/fashion_cnn.ini --data.path=" + data_ +
+      " --run.dir=" + run + " --train.threads=1 --train.batch_size=32 --train.max_steps=4 --data.eval_split=" +
+      " --log.tensorboard=false --log.profile_steps=2-3");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("log.profile_steps: the operators of steps 2-3 in " + run + "/profile/rank-0.tsv"),
+            std::string::npos)
+      << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::istringstream table(read_file(run + "/profile/rank-" + std::to_string(rank) + ".tsv"));
+    std::string line;
+    ASSERT_TRUE(std::getline(table, line));
+    EXPECT_EQ(line.rfind("# 2 optimizer step(s), ", 0), 0u) << line;
+    ASSERT_TRUE(std::getline(table, line));
+    EXPECT_EQ(line, "name\tcalls\tself_ms\ttotal_ms");
+    bool convolution = false;
+    double previous_self = 1e300;
+    while (std::getline(table, line)) {
+      std::istringstream fields(line);
+      std::string name;
+      std::int64_t calls = 0;
+      double self_ms = 0;
+      double total_ms = 0;
+      ASSERT_TRUE(std::getline(fields, name, '\t') && fields >> calls >> self_ms >> total_ms) << line;
+      EXPECT_GE(calls, 1) << line;
+      EXPECT_LE(self_ms, total_ms + 1e-9) << line;
+      EXPECT_LE(self_ms, previous_self) << "not most expensive first: " << line;
+      previous_self = self_ms;
+      convolution = convolution || name == "aten::convolution";
+    }
+    EXPECT_TRUE(convolution) << "rank " << rank;
+  }
+}
+
 }  // namespace
 }  // namespace hpctrain::testing

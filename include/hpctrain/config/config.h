@@ -227,6 +227,7 @@ struct LogConfig {
   bool all_ranks = false;
   bool tensorboard = true;  // <run.dir>/tensorboard/events.out.tfevents.*
   std::string trace_steps;  // "A-B": each rank's timeline of steps A..B in <run.dir>/trace/
+  std::string profile_steps;  // "A-B": each rank's operator times over steps A..B in <run.dir>/profile/
 };
 
 // Optimizer steps first..last, inclusive, counted from 1; {0, 0} is none.

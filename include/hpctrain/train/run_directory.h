@@ -1,5 +1,5 @@
 // The layout of a run directory: config.ini, logs/rank-<r>.log, metrics.jsonl, checkpoints/,
-// tensorboard/, trace/rank-<r>.json, flight/rank-<r>.json.
+// tensorboard/, trace/rank-<r>.json, profile/rank-<r>.tsv, flight/rank-<r>.json.
 // Rank 0 creates it; every rank then knows where its files go. Depends on core only.
 #pragma once
 
@@ -19,6 +19,9 @@ class RunDirectory {
   std::string flight_dir() const { return root_ + "/flight"; }
   std::string trace_path(int world_rank) const {
     return root_ + "/trace/rank-" + std::to_string(world_rank) + ".json";
+  }
+  std::string profile_path(int world_rank) const {
+    return root_ + "/profile/rank-" + std::to_string(world_rank) + ".tsv";
   }
   std::string log_path(int world_rank) const {
     return root_ + "/logs/rank-" + std::to_string(world_rank) + ".log";

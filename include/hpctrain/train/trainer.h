@@ -20,6 +20,7 @@
 #include "hpctrain/train/checkpointer.h"
 #include "hpctrain/train/evaluator.h"
 #include "hpctrain/train/metrics_writer.h"
+#include "hpctrain/train/op_profile.h"
 #include "hpctrain/train/progress_report.h"
 #include "hpctrain/train/run_directory.h"
 #include "hpctrain/train/run_policy.h"
@@ -106,6 +107,7 @@ class Trainer {
   RunPolicy policy_;
   ProgressReport progress_;
   Evaluation evaluation_;
+  OpProfile profile_;  // log.profile_steps
   std::unique_ptr<data::Sampler> sampler_;
   std::int64_t accumulation_ = 1;      // micro-batches per optimizer step
   std::int64_t steps_per_epoch_ = 0;   // optimizer steps of a whole epoch at this world size
