@@ -15,7 +15,8 @@ rounds=3 steps=40 bin=build/release/src/hpctrain out=build/bench-threads
 bench_options "$0" "rounds steps bin out" "$@"
 bench_need_binary "$0" "$bin"
 mkdir -p "$out"
-[ -f "$out/text/manifest.json" ] || "$bin" prepare text --source /usr/share/common-licenses --out "$out/text" > /dev/null
+[ -f "$out/text/manifest.json" ] ||
+  "$bin" prepare text --source /usr/share/common-licenses --out "$out/text" > /dev/null
 cores=$(nproc)
 
 run() {  # NAME BIND THREADS EXTRA...: the median step_ms of one run
