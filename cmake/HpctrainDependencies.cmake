@@ -39,7 +39,7 @@ else()
   set(HPCTRAIN_HAVE_TENSORBOARD OFF)
 endif()
 message(STATUS "TensorBoard event files: ${HPCTRAIN_HAVE_TENSORBOARD} (protobuf and protoc)")
-# For tests/build/tensorboard_clash_test.sh: directories put before libtorch's include
+# For tests/clash/tensorboard_clash_test.sh: directories put before libtorch's include
 # directories, standing in for the protobuf headers of another version a pip libtorch has there.
 set(HPCTRAIN_TORCH_EXTRA_INCLUDE_DIRS "" CACHE STRING
     "Tests only: include directories put before libtorch's (a stand-in for a pip libtorch's own headers)")
