@@ -405,7 +405,7 @@ std::int64_t CheckpointReader::verify() const {
 
 CheckpointMeta read_checkpoint(const std::string& path, const NamedTensors& model) {
   const CheckpointReader reader(path);
-  reader.read_into("model", model);
+  reader.read_into(group::kModel, model);
   return reader.meta();
 }
 

@@ -159,7 +159,7 @@ std::string write_adapter_config(const std::string& out, const config::ModelConf
 ckpt::NamedTensors averaged(const ckpt::CheckpointReader& reader, ckpt::NamedTensors tensors) {
   std::map<std::string, at::Tensor*> by_name;
   for (auto& [name, tensor] : tensors) by_name[name] = &tensor;
-  for (auto& [name, average] : reader.read_group("ema")) {
+  for (auto& [name, average] : reader.read_group(ckpt::group::kEma)) {
     const auto found = by_name.find(name);
     if (found == by_name.end() || !found->second->sizes().equals(average.sizes()) ||
         found->second->scalar_type() != average.scalar_type()) {
@@ -181,7 +181,7 @@ int export_weights(const ckpt::CheckpointReader& reader, const config::ParsedArg
   if (names == "hf-gpt2" && model != "gpt") {
     throw ConfigError("ckpt export: --names hf-gpt2 renames a gpt model's weights; this checkpoint holds model " + model);
   }
-  const bool adapters = reader.has_group("base");  // a LoRA run's (train/lora_base.h)
+  const bool adapters = reader.has_group(ckpt::group::kBase);  // a LoRA run's (train/lora_base.h)
   const bool merge = parsed.has("merge");
   if (merge && !adapters) {
     throw ConfigError("ckpt export --merge folds LoRA adapters into their base; " + reader.path() +
@@ -190,13 +190,13 @@ int export_weights(const ckpt::CheckpointReader& reader, const config::ParsedArg
   // Only a LoRA checkpoint's config is read: the adapters' options, and the base to merge into.
   const config::Config config = adapters ? checkpoint_config(reader) : config::Config{};
   const bool average = parsed.has("ema");
-  if (average && !reader.has_group("ema")) {
+  if (average && !reader.has_group(ckpt::group::kEma)) {
     throw ConfigError("ckpt export --ema exports the moving average of the weights; " + reader.path() +
                       " holds none (no /ema group: train.ema_decay was 0): drop --ema");
   }
   ckpt::NamedTensors tensors =
       merge ? merged_weights(reader, config, average ? train::Weights::kAverageIfKept : train::Weights::kTrained)
-            : reader.read_group("model");
+            : reader.read_group(ckpt::group::kModel);
   if (tensors.empty()) throw CheckpointError(reader.path() + ": has no /model tensors to export");
   if (average && !merge) tensors = averaged(reader, std::move(tensors));
   const std::string out = parsed.flags.at("out");

@@ -267,17 +267,18 @@ ckpt::Checkpoint Checkpointer::assemble(Step& step, const RunPosition& at, const
   meta.config_text = config::to_ini(config_);
   meta.created = utc_now();
   // At stage 3 each rank adds its slices of the parameters; the buffers are whole everywhere.
-  checkpoint.groups["model"] = step.update().shards_parameters() ? model_buffers(step.model()) : model_state(step.model());
+  checkpoint.groups[ckpt::group::kModel] =
+      step.update().shards_parameters() ? model_buffers(step.model()) : model_state(step.model());
   add_own_state(step, checkpoint);
-  checkpoint.groups["sched"] = {{"step", torch::full({}, at.step, torch::kLong)}};
-  for (auto& entry : step.skipped().state()) checkpoint.groups["sched"].push_back(std::move(entry));
-  checkpoint.groups["rng"] = std::move(generators);
+  checkpoint.groups[ckpt::group::kSched] = {{"step", torch::full({}, at.step, torch::kLong)}};
+  for (auto& entry : step.skipped().state()) checkpoint.groups[ckpt::group::kSched].push_back(std::move(entry));
+  checkpoint.groups[ckpt::group::kRng] = std::move(generators);
   ckpt::NamedTensors bests;
   if (best_so_far.test_acc) bests.emplace_back("best_test_acc", torch::full({}, *best_so_far.test_acc, torch::kDouble));
   if (best_so_far.test_loss) bests.emplace_back("best_test_loss", torch::full({}, *best_so_far.test_loss, torch::kDouble));
-  if (!bests.empty()) checkpoint.groups["metrics"] = std::move(bests);
-  if (const LossScaler* scaler = step.loss_scaler()) checkpoint.groups["loss_scaler"] = scaler->state();
-  if (!base_checksums_.empty()) checkpoint.groups["base"] = base_checksums_;
+  if (!bests.empty()) checkpoint.groups[ckpt::group::kMetrics] = std::move(bests);
+  if (const LossScaler* scaler = step.loss_scaler()) checkpoint.groups[ckpt::group::kLossScaler] = scaler->state();
+  if (!base_checksums_.empty()) checkpoint.groups[ckpt::group::kBase] = base_checksums_;
   return checkpoint;
 }
 

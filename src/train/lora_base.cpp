@@ -37,7 +37,9 @@ std::string base_source(const config::ModelConfig& config) {
 void check_base(const ckpt::CheckpointReader& reader, model::Model& model, const std::string& source) {
   if (!model::has_adapters(model)) return;
   std::map<std::string, std::int64_t> stored;
-  for (const auto& [name, value] : reader.read_group("base")) stored[name] = ckpt::stored_count(value, "base/" + name);
+  for (const auto& [name, value] : reader.read_group(ckpt::group::kBase)) {
+    stored[name] = ckpt::stored_count(value, std::string(ckpt::group::kBase) + "/" + name);
+  }
   const std::string fix = "; adapters apply only to the base they were trained on: use the base the checkpoint's "
                           "config names (model.init_from, model.path) or start fresh";
   for (const auto& [name, checksum] : base_checksums(model)) {
@@ -60,9 +62,9 @@ void read_checkpoint_weights(const ckpt::CheckpointReader& reader, model::Model&
     weights::load_weights(model, weights::map_weights(config, file), config.init_strict, config.init_from);
   }
   check_base(reader, model, base_source(config));
-  reader.read_into("model", model_state(model));
-  if (which == Weights::kTrained || !reader.has_group("ema")) return;
-  reader.read_into("ema", averaged_parameters(model));
+  reader.read_into(ckpt::group::kModel, model_state(model));
+  if (which == Weights::kTrained || !reader.has_group(ckpt::group::kEma)) return;
+  reader.read_into(ckpt::group::kEma, averaged_parameters(model));
   log::info("using the moving average of the weights that {} holds (train.ema_decay; its ema group)", reader.path());
 }
 

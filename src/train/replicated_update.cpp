@@ -87,10 +87,10 @@ class ReplicatedUpdate final : public GradientUpdate {
   int zero_stage() const override { return 0; }
 
   void add_state(ckpt::Checkpoint& checkpoint) override {
-    checkpoint.groups["optim"] = optimizer_state(*optimizer_, names_);
+    checkpoint.groups[ckpt::group::kOptim] = optimizer_state(*optimizer_, names_);
   }
   void load_optimizer_state(const ckpt::CheckpointReader& reader) override {
-    train::load_optimizer_state(*optimizer_, names_, reader.read_group("optim"));
+    train::load_optimizer_state(*optimizer_, names_, reader.read_group(ckpt::group::kOptim));
   }
 
   ckpt::TensorSlices owned_weights() const override {

@@ -13,7 +13,7 @@ namespace {
 ckpt::NamedTensors generators_of_rank(const ckpt::CheckpointReader& reader, int rank) {
   const std::string mine = "rank-" + std::to_string(rank) + "/";
   ckpt::NamedTensors generators;
-  for (const auto& [name, state] : reader.read_group("rng")) {
+  for (const auto& [name, state] : reader.read_group(ckpt::group::kRng)) {
     if (name.rfind(mine, 0) == 0) generators.emplace_back(name.substr(mine.size()), state);
   }
   return generators;
@@ -32,25 +32,25 @@ ResumedState read_resume_state(const ckpt::CheckpointReader& reader, const Resum
                           ", epoch " + std::to_string(meta.epoch) + ", cursor " + std::to_string(meta.cursor) +
                           "); the file is damaged");
   }
-  reader.read_into("model", model_state(targets.model));
-  if (targets.average && reader.has_group("ema")) {
+  reader.read_into(ckpt::group::kModel, model_state(targets.model));
+  if (targets.average && reader.has_group(ckpt::group::kEma)) {
     targets.average->load(reader);
     resumed.average_restored = true;
   }
-  const ckpt::NamedTensors sched = reader.read_group("sched");
-  const ckpt::NamedTensors scaler = reader.read_group("loss_scaler");  // empty when absent
+  const ckpt::NamedTensors sched = reader.read_group(ckpt::group::kSched);
+  const ckpt::NamedTensors scaler = reader.read_group(ckpt::group::kLossScaler);  // empty when absent
   try {
     targets.load_optimizer_state(reader);
     targets.skipped.load_state(scaler);  // older checkpoints kept the skipped steps there
     targets.skipped.load_state(sched);
-    if (targets.loss_scaler && reader.has_group("loss_scaler")) {
+    if (targets.loss_scaler && reader.has_group(ckpt::group::kLossScaler)) {
       targets.loss_scaler->load_state(scaler);
       resumed.loss_scale_restored = true;
     }
   } catch (const CheckpointError& e) {
     throw CheckpointError(reader.path() + ": " + e.what());
   }
-  for (const auto& [name, value] : reader.read_group("metrics")) {
+  for (const auto& [name, value] : reader.read_group(ckpt::group::kMetrics)) {
     if (name == "best_test_acc" || name == "best_test_loss") {
       const double best = ckpt::stored_double(value, reader.path() + ": metrics/" + name);
       if (name == "best_test_acc" && !(best >= 0.0 && best <= 1.0)) {

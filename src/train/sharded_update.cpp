@@ -152,8 +152,8 @@ class ShardedUpdate final : public GradientUpdate {
   // Every state tensor of a piece is a slice of the parameter-shaped dataset a replicated run
   // writes; the step count, one per parameter, comes from the rank owning its first element.
   void add_state(ckpt::Checkpoint& checkpoint) override {
-    if (gatherer_) checkpoint.slices["model"] = owned_weights();
-    ckpt::TensorSlices& slices = checkpoint.slices["optim"];
+    if (gatherer_) checkpoint.slices[ckpt::group::kModel] = owned_weights();
+    ckpt::TensorSlices& slices = checkpoint.slices[ckpt::group::kOptim];
     for (auto& [key, tensor] : optimizer_state(*optimizer_, piece_names_)) {
       const std::string parameter = key.substr(0, key.rfind('/'));
       const ddp::ShardPiece& piece = pieces_[piece_of_.at(parameter)];
@@ -174,15 +174,15 @@ class ShardedUpdate final : public GradientUpdate {
       const std::string& name = names_[piece.parameter];
       for (const char* state : kStateNames) {
         const std::string key = name + "/" + state;
-        if (!reader.has("optim", key)) continue;
-        const std::vector<std::int64_t> shape = reader.stored_shape("optim", key);
+        if (!reader.has(ckpt::group::kOptim, key)) continue;
+        const std::vector<std::int64_t> shape = reader.stored_shape(ckpt::group::kOptim, key);
         const bool scalar = shape.empty();
         if (!scalar && shape != parameters_[piece.parameter].sizes().vec()) {
           throw CheckpointError("optimizer state " + key + " is of shape " + c10::str(at::IntArrayRef(shape)) +
                                 ", the parameter of " + c10::str(parameters_[piece.parameter].sizes()));
         }
         at::Tensor host = scalar ? at::empty({}, at::kLong) : at::empty({piece.numel}, at::kFloat);
-        reader.read_slice("optim", key, scalar ? 0 : piece.parameter_offset, host);
+        reader.read_slice(ckpt::group::kOptim, key, scalar ? 0 : piece.parameter_offset, host);
         stored.emplace_back(key, host);
       }
     }

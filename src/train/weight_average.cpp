@@ -58,11 +58,11 @@ void WeightAverage::restart() {
 
 void WeightAverage::add_to(ckpt::Checkpoint& checkpoint) const {
   if (sharded_) {
-    ckpt::TensorSlices& slices = checkpoint.slices["ema"];
+    ckpt::TensorSlices& slices = checkpoint.slices[ckpt::group::kEma];
     slices.insert(slices.end(), averages_.begin(), averages_.end());
     return;
   }
-  ckpt::NamedTensors& whole = checkpoint.groups["ema"];
+  ckpt::NamedTensors& whole = checkpoint.groups[ckpt::group::kEma];
   for (const ckpt::TensorSlice& average : averages_) whole.emplace_back(average.name, average.data);
 }
 
@@ -70,23 +70,23 @@ void WeightAverage::load(const ckpt::CheckpointReader& reader) {
   if (!sharded_) {
     ckpt::NamedTensors targets;
     for (const ckpt::TensorSlice& average : averages_) targets.emplace_back(average.name, average.data);
-    reader.read_into("ema", targets);
+    reader.read_into(ckpt::group::kEma, targets);
     return;
   }
   const torch::NoGradGuard no_grad;
   for (const ckpt::TensorSlice& average : averages_) {
-    if (!reader.has("ema", average.name)) {
+    if (!reader.has(ckpt::group::kEma, average.name)) {
       throw CheckpointError(reader.path() + ": its moving average (ema group) holds no '" + average.name +
                             "'; check model.name and the model options");
     }
-    const std::vector<std::int64_t> stored = reader.stored_shape("ema", average.name);
+    const std::vector<std::int64_t> stored = reader.stored_shape(ckpt::group::kEma, average.name);
     if (stored != average.shape) {
       throw CheckpointError(reader.path() + ": ema/" + average.name + " is of shape " +
                             c10::str(at::IntArrayRef(stored)) + " in the checkpoint but " +
                             c10::str(at::IntArrayRef(average.shape)) + " here");
     }
     const at::Tensor host = at::empty({average.data.numel()}, average.data.options().device(at::kCPU));
-    reader.read_slice("ema", average.name, average.offset, host);
+    reader.read_slice(ckpt::group::kEma, average.name, average.offset, host);
     average.data.view({-1}).copy_(host);
   }
 }

@@ -64,7 +64,7 @@ WeightFile WeightFile::open(const std::string& path) {
   out.path_ = path;
   out.format_ = sniff(path);
   if (out.format_ == WeightFormat::kCheckpoint) {
-    out.tensors_ = ckpt::CheckpointReader(path).read_group("model");
+    out.tensors_ = ckpt::CheckpointReader(path).read_group(ckpt::group::kModel);
     if (out.tensors_.empty()) throw CheckpointError(path + ": the checkpoint holds no /model weights");
   } else if (out.format_ == WeightFormat::kPytorch) {
     out.tensors_ = read_pytorch_state_dict(path);

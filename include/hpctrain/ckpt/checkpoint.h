@@ -23,9 +23,20 @@ inline constexpr std::int64_t kFormatVersion = 2;
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
-// Every group a checkpoint may hold (docs/checkpoint-format.md); "loss_scaler" only with
-// train.precision=fp16, "metrics" only after an evaluation, "ema" only with train.ema_decay.
-inline constexpr const char* kGroups[] = {"model", "optim", "sched", "rng", "metrics", "loss_scaler", "base", "ema"};
+// The groups a checkpoint may hold (docs/checkpoint-format.md), named here once.
+namespace group {
+inline constexpr const char* kModel = "model";              // parameters and buffers (a LoRA base left out)
+inline constexpr const char* kOptim = "optim";              // the optimizer's state per parameter
+inline constexpr const char* kSched = "sched";              // the step and the skipped-step counts
+inline constexpr const char* kRng = "rng";                  // every rank's generators
+inline constexpr const char* kMetrics = "metrics";          // the best evaluations, after one
+inline constexpr const char* kLossScaler = "loss_scaler";   // with train.precision=fp16
+inline constexpr const char* kBase = "base";                // a LoRA base's checksums
+inline constexpr const char* kEma = "ema";                  // with train.ema_decay
+}  // namespace group
+
+inline constexpr const char* kGroups[] = {group::kModel,   group::kOptim,      group::kSched, group::kRng,
+                                          group::kMetrics, group::kLossScaler, group::kBase,  group::kEma};
 
 struct CheckpointMeta {
   std::int64_t format_version = kFormatVersion;
