@@ -1,8 +1,8 @@
 // hpctrain's entry point: dispatch to a subcommand, and the one place that catches errors.
 #include <iostream>
 
-#include "hpctrain/cli/commands.h"
 #include "hpctrain/core/error.h"
+#include "hpctrain/launch/commands.h"
 
 namespace {
 

@@ -17,7 +17,7 @@
 #include "hpctrain/core/timer.h"
 #include "hpctrain/data/split.h"
 #include "hpctrain/model/model.h"
-#include "hpctrain/train/mfu.h"
+#include "hpctrain/observe/mfu.h"
 
 namespace hpctrain::cli {
 
@@ -71,7 +71,7 @@ class StepTable {
  public:
   // `flops_per_sample`: trained (3x forward); `peak`: the device's for the precision, if known.
   StepTable(const model::ModelSpec& spec, std::int64_t batch, int ranks, double flops_per_sample,
-            std::optional<train::PeakFlops> peak);
+            std::optional<observe::PeakFlops> peak);
   void print_header() const;
   // `rate`: also the rates (a case that trains); else ms alone.
   void row(const char* name, double seconds, bool rate) const;
@@ -81,7 +81,7 @@ class StepTable {
   std::int64_t batch_;
   int ranks_;
   double flops_per_sample_;
-  std::optional<train::PeakFlops> peak_;
+  std::optional<observe::PeakFlops> peak_;
 };
 
 int bench_data(const config::ParsedArgs& parsed);

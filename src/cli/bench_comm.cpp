@@ -14,9 +14,9 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/units.h"
-#include "hpctrain/train/device.h"
-#include "hpctrain/train/preflight.h"
-#include "runtime.h"
+#include "hpctrain/launch/command_start.h"
+#include "hpctrain/runtime/device.h"
+#include "hpctrain/runtime/preflight.h"
 
 namespace hpctrain::cli {
 namespace {
@@ -117,7 +117,7 @@ int bench_comm(const config::ParsedArgs& parsed) {
   }
   const bool cuda = backend == config::Backend::kNccl;
   comm::validate_backend(backend, cuda);  // before MPI: the same answer on every rank
-  if (cuda && train::visible_gpus() == 0) {
+  if (cuda && runtime::visible_gpus() == 0) {
     throw ConfigError("bench comm --backend nccl: libtorch sees no GPU (CPU-only libtorch, no GPU, "
                       "or CUDA_VISIBLE_DEVICES hides them); use --backend mpi");
   }

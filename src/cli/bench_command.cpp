@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "bench.h"
-#include "hpctrain/cli/commands.h"
 #include "hpctrain/core/error.h"
-#include "runtime.h"
+#include "hpctrain/launch/command_start.h"
+#include "hpctrain/launch/commands.h"
 
 namespace hpctrain::cli {
 namespace {

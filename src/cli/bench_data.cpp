@@ -13,7 +13,6 @@
 #include <numeric>
 #include <tuple>
 
-#include "hpctrain/cli/commands.h"
 #include "hpctrain/comm/bootstrap.h"
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/error.h"
@@ -22,8 +21,9 @@
 #include "hpctrain/data/loader.h"
 #include "hpctrain/data/shard_writer.h"
 #include "hpctrain/data/split.h"
+#include "hpctrain/launch/commands.h"
 #include "bench.h"
-#include "runtime.h"
+#include "hpctrain/launch/command_start.h"
 
 namespace hpctrain::cli {
 namespace {

@@ -13,8 +13,8 @@
 #include "hpctrain/core/system.h"
 #include "hpctrain/data/split.h"
 #include "hpctrain/ddp/block_cache.h"
+#include "hpctrain/launch/command_start.h"
 #include "hpctrain/train/step.h"
-#include "runtime.h"
 
 namespace hpctrain::cli {
 
@@ -50,7 +50,7 @@ int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench
   const double step_s = slowest_median(*bootstrap, seconds);
   const double growth = slowest_rank(*bootstrap, static_cast<double>(sys::peak_rss_bytes() - rss_before));
   const double before = slowest_rank(*bootstrap, static_cast<double>(rss_before));
-  const train::HeldBytes held = step.held_bytes();
+  const observe::HeldBytes held = step.held_bytes();
   if (bootstrap->world_rank() == 0) {
     constexpr double kMiB = 1 << 20;
     std::printf("# bench step --zero-stage %lld: %s, %s, %s, batch %lld per rank, %d rank(s), buckets of %lld MiB; "

@@ -16,14 +16,14 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/ddp/grad_sync.h"
+#include "hpctrain/launch/command_start.h"
+#include "hpctrain/model/autocast.h"
 #include "hpctrain/model/flops.h"
 #include "hpctrain/model/model.h"
-#include "hpctrain/model/autocast.h"
-#include "hpctrain/train/device.h"
-#include "hpctrain/train/mfu.h"
-#include "hpctrain/train/preflight.h"
+#include "hpctrain/observe/mfu.h"
+#include "hpctrain/runtime/device.h"
+#include "hpctrain/runtime/preflight.h"
 #include "hpctrain/train/step_loss.h"
-#include "runtime.h"
 
 namespace hpctrain::cli {
 namespace {
@@ -121,7 +121,7 @@ data::Batch random_batch(const model::ModelSpec& spec, std::int64_t batch, int r
 }
 
 StepTable::StepTable(const model::ModelSpec& spec, std::int64_t batch, int ranks, double flops_per_sample,
-                     std::optional<train::PeakFlops> peak)
+                     std::optional<observe::PeakFlops> peak)
     : spec_(spec), batch_(batch), ranks_(ranks), flops_per_sample_(flops_per_sample), peak_(std::move(peak)) {}
 
 void StepTable::print_header() const {
@@ -135,7 +135,7 @@ void StepTable::row(const char* name, double seconds, bool rate) const {
     return;
   }
   const double samples_per_s = static_cast<double>(batch_ * ranks_) / seconds;
-  const double tflops = train::model_tflops(static_cast<double>(batch_) / seconds, flops_per_sample_);
+  const double tflops = observe::model_tflops(static_cast<double>(batch_) / seconds, flops_per_sample_);
   std::printf("%-34s %10.3f %12.0f", name, seconds * 1e3, samples_per_s);
   if (spec_.token_ids) {
     std::printf(" %12.0f", samples_per_s * static_cast<double>(spec_.input_shape[0]));
@@ -144,7 +144,7 @@ void StepTable::row(const char* name, double seconds, bool rate) const {
   }
   std::printf(" %14.4g", tflops);
   if (peak_) {
-    std::printf(" %7.2f%%\n", 100.0 * train::mfu(tflops, 1, peak_->tflops));
+    std::printf(" %7.2f%%\n", 100.0 * observe::mfu(tflops, 1, peak_->tflops));
   } else {
     std::printf(" %8s\n", "-");
   }
@@ -172,7 +172,7 @@ StepOptions step_options(const config::ParsedArgs& parsed, const BenchModel& ben
   }
   o.tf32 = tf32_option == "true";
   o.use_cuda = device_option == "cuda";
-  if (o.use_cuda && train::visible_gpus() == 0) {
+  if (o.use_cuda && runtime::visible_gpus() == 0) {
     throw ConfigError("bench step --device cuda: libtorch sees no GPU (CPU-only libtorch, no GPU, "
                       "or CUDA_VISIBLE_DEVICES hides them); use --device cpu");
   }
@@ -251,7 +251,7 @@ int bench_step(const config::ParsedArgs& parsed) {
   const c10::Device device = ranks.device;
   const auto& comm = ranks.comm;
   const bool tf32 = options.tf32;
-  train::set_cuda_math(tf32, /*cudnn_benchmark=*/false);
+  runtime::set_cuda_math(tf32, /*cudnn_benchmark=*/false);
   torch::manual_seed(7 + static_cast<std::uint64_t>(bootstrap->world_rank()));
   net->module().to(device);
   net->module().train();
@@ -314,7 +314,7 @@ int bench_step(const config::ParsedArgs& parsed) {
 
   if (bootstrap->world_rank() == 0) {
     const std::string gpu = use_cuda ? comm::gpu_name(device.index()) : "";
-    const std::optional<train::PeakFlops> peak = train::resolve_peak_flops(0, gpu, precision, tf32);
+    const std::optional<observe::PeakFlops> peak = observe::resolve_peak_flops(0, gpu, precision, tf32);
     const double ms = 1e3;
     std::printf("# bench step: %s, %lld parameters (%.1f MB of float32 gradients) in %zu bucket(s) of "
                 "%lld MiB, batch %lld per rank, %d rank(s) on %s%s%s, backend %s%s, %s%s\n"

@@ -18,11 +18,11 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/ddp/block_cache.h"
-#include "hpctrain/train/device.h"
-#include "hpctrain/train/mfu.h"
-#include "hpctrain/train/preflight.h"
+#include "hpctrain/launch/command_start.h"
+#include "hpctrain/observe/mfu.h"
+#include "hpctrain/runtime/device.h"
+#include "hpctrain/runtime/preflight.h"
 #include "hpctrain/train/step.h"
-#include "runtime.h"
 
 namespace hpctrain::cli {
 namespace {
@@ -83,7 +83,7 @@ void report(const BenchModel& bench, const StepOptions& options, const Place& pl
               place.device.str().c_str(), place.gpu.empty() ? "" : " ", place.gpu.c_str(),
               options.precision_name.c_str(), tf32_note ? " (TF32)" : "", flops / 1e9, options.steps);
   const StepTable table(bench.spec, options.batch, place.ranks, flops,
-                        train::resolve_peak_flops(0, place.gpu, options.precision, options.tf32));
+                        observe::resolve_peak_flops(0, place.gpu, options.precision, options.tf32));
   table.print_header();
   for (size_t c = 0; c < cases.size(); ++c) table.row(cases[c].name, step_s[c], true);
   std::printf("multi-tensor / per tensor speed: %.3f\n", step_s[0] / step_s[1]);
@@ -107,7 +107,7 @@ int bench_update_step(const config::ParsedArgs& parsed, const BenchModel& bench,
   const c10::Device device = ranks.device;
   if (graphs && ranks.comm->size() > 1) throw ConfigError("bench step --cuda-graphs runs on one rank so far");
   if (!profile.empty()) profile_steps(profile, device, 0, [] {});  // can it, before the timing?
-  train::set_cuda_math(options.tf32, /*cudnn_benchmark=*/false);
+  runtime::set_cuda_math(options.tf32, /*cudnn_benchmark=*/false);
   std::vector<std::unique_ptr<train::Step>> steps;
   for (const UpdateCase& how : cases) {
     torch::manual_seed(7);  // every case starts from the same weights

@@ -4,15 +4,15 @@
 #include <iostream>
 
 #include "hpctrain/ckpt/checkpoint.h"
-#include "hpctrain/cli/commands.h"
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/log.h"
+#include "hpctrain/launch/command_start.h"
+#include "hpctrain/launch/commands.h"
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/evaluator.h"
-#include "hpctrain/train/lora_base.h"
 #include "hpctrain/train/trainer.h"
-#include "runtime.h"
+#include "hpctrain/weights/lora_base.h"
 
 namespace hpctrain::cli {
 
@@ -40,7 +40,7 @@ int run_eval(const Args& args) {
   init_early_logging(parsed.config.log);
   train::TrainingSetup setup = train::prepare_training(parsed.config, /*need_train_split=*/false);
   const ckpt::CheckpointReader reader(path);
-  train::read_checkpoint_weights(reader, *setup.model, setup.config.model, train::Weights::kAverageIfKept);
+  weights::read_checkpoint_weights(reader, *setup.model, setup.config.model, weights::Weights::kAverageIfKept);
   const ckpt::CheckpointMeta& meta = reader.meta();
 
   const Ranks ranks = start_ranks(config_start(parsed.config, setup.use_cuda));

@@ -6,7 +6,6 @@
 #include <memory>
 #include <vector>
 
-#include "hpctrain/cli/commands.h"
 #include "hpctrain/comm/flight_recorder.h"
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/activity.h"
@@ -14,10 +13,11 @@
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/stop_signals.h"
 #include "hpctrain/core/system.h"
+#include "hpctrain/launch/command_start.h"
+#include "hpctrain/launch/commands.h"
+#include "hpctrain/runtime/run_lock.h"
 #include "hpctrain/train/memory_check.h"
-#include "hpctrain/train/run_lock.h"
 #include "hpctrain/train/trainer.h"
-#include "runtime.h"
 
 namespace hpctrain::cli {
 
@@ -64,13 +64,13 @@ int run_train(const Args& args) {
   // From here a stop signal becomes a checkpoint and exit 75 at the next step boundary.
   const std::vector<int> stop_signals = sys::parse_signal_list(config.ckpt.signals);
   sys::install_stop_handlers(stop_signals);
-  const train::RunDirectory run_dir(config.run.dir);
+  const runtime::RunDirectory run_dir(config.run.dir);
   // One job per run directory (Note [Run directory lock]): a second is refused before it writes.
-  std::unique_ptr<train::RunLock> lock;
+  std::unique_ptr<runtime::RunLock> lock;
   if (bootstrap->world_rank() == 0) {
-    train::RunLockOptions lock_options = train::default_lock_options(config.run.lock_stale_s);
+    runtime::RunLockOptions lock_options = runtime::default_lock_options(config.run.lock_stale_s);
     lock_options.on_lost = [](const std::string& what) { exit_with_error(what, static_cast<int>(ExitCode::kUsage)); };
-    lock = train::RunLock::acquire(run_dir.root(), std::move(lock_options));
+    lock = runtime::RunLock::acquire(run_dir.root(), std::move(lock_options));
     run_dir.create();
   }
   bootstrap->barrier();

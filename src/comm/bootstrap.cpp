@@ -162,4 +162,14 @@ int Bootstrap::launcher_rank() {
   return 0;
 }
 
+int Bootstrap::launcher_world_size() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (const char* value = std::getenv(var)) return std::atoi(value);
+  }
+  if (std::getenv("SLURM_STEP_ID") != nullptr) {
+    if (const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS")) return std::atoi(tasks);
+  }
+  return 0;
+}
+
 }  // namespace hpctrain::comm

@@ -276,7 +276,7 @@ class Gpt final : public nn::Module, public Model, public CachedLanguageModel {
   // The logits of the final LayerNorm's output `x`. Tied: the output layer is the embedding.
   // Note [Padded vocabulary]: GPT-2's 50,257 rows make each product with the output layer
   // misaligned (rows of odd length), which sends cuBLAS to its slowest kernels: on an H200 the
-  // three products took 15 ms of a 50 ms bf16 step (docs/benchmarks.md, "GPU efficiency"). On a
+  // three products took 15 ms of a 50 ms bf16 step (docs/benchmarks-history.md, "GPU efficiency"). On a
   // GPU the product runs on the weight padded with zero rows to a multiple of 64, as nanoGPT
   // pads its vocabulary, and the logits are its first `vocab` columns: the same values, from a
   // parameter of GPT-2's own shape. Generating a token at a time keeps the plain product rather

@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <set>
 
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/activity.h"
@@ -20,8 +19,10 @@
 #include "hpctrain/core/trace.h"
 #include "hpctrain/core/version.h"
 #include "hpctrain/model/lora.h"
-#include "hpctrain/train/lora_base.h"
-#include "hpctrain/train/train_state.h"
+#include "hpctrain/optim/train_state.h"
+#include "hpctrain/sharding/strategy.h"
+#include "hpctrain/weights/lora_base.h"
+#include "hpctrain/weights/model_weights.h"
 
 namespace hpctrain::train {
 namespace {
@@ -61,29 +62,11 @@ std::string commit_checkpoint(const std::string& dir, const ckpt::Checkpoint& ch
   return path;
 }
 
-// The parameters (a LoRA model's frozen base among them or not), buffers and tied names.
-ckpt::NamedTensors weights(model::Model& model, bool with_frozen_base) {
-  ckpt::NamedTensors out;
-  std::set<std::string> left_out;
-  for (auto& p : model.module().named_parameters()) {
-    if (with_frozen_base || p.value().requires_grad()) {
-      out.emplace_back(p.key(), p.value());
-    } else {
-      left_out.insert(p.key());
-    }
-  }
-  for (auto& b : model_buffers(model)) out.push_back(std::move(b));
-  for (const auto& tied : model.tied_parameters()) {
-    if (left_out.count(tied.same_as) == 0) out.emplace_back(tied.name, tied.tensor);
-  }
-  return out;
-}
-
 // What a rank adds of its own: the optimizer state and the moving average, whole (rank 0's is
 // written) or, when sharded, this rank's slices (every rank's are written).
 void add_own_state(Step& step, ckpt::Checkpoint& checkpoint) {
   step.update().add_state(checkpoint);
-  if (const WeightAverage* average = step.average()) average->add_to(checkpoint);
+  if (const sharding::WeightAverage* average = step.average()) average->add_to(checkpoint);
 }
 
 // What rank `rank`'s part of a sharded write failed with ("<exit code> <message>"), thrown again.
@@ -149,23 +132,14 @@ std::string write_in_turns(const comm::ControlPlane& plane, const std::string& d
 
 }  // namespace
 
-ckpt::NamedTensors model_state(model::Model& model) { return weights(model, !model::has_adapters(model)); }
-
-ckpt::NamedTensors all_weights(model::Model& model) { return weights(model, true); }
-
-ckpt::NamedTensors model_buffers(model::Model& model) {
-  ckpt::NamedTensors out;
-  for (auto& b : model.module().named_buffers()) out.emplace_back(b.key(), b.value());
-  return out;
-}
-
-Checkpointer::Checkpointer(const config::Config& config, comm::ControlPlane& control, RunDirectory run_dir,
+Checkpointer::Checkpointer(const config::Config& config, comm::ControlPlane& control, runtime::RunDirectory run_dir,
                            c10::Device device)
     : config_(config), control_(control), run_dir_(std::move(run_dir)), device_(device) {
-  if (!config_.ckpt.async || config_.dist.zero_stage == 0) return;
+  const sharding::Strategy strategy(config_.dist);
+  if (!config_.ckpt.async || !strategy.shards_state()) return;
   background_plane_ = control_.duplicate();
   if (!background_plane_) {
-    throw ConfigError("ckpt.async=true with dist.zero_stage=" + std::to_string(config_.dist.zero_stage) +
+    throw ConfigError("ckpt.async=true with " + strategy.option() +
                       ": every rank writes its part of a sharded checkpoint in the background, which needs "
                       "MPI_THREAD_MULTIPLE, and this MPI does not provide it; set ckpt.async=false");
   }
@@ -183,9 +157,9 @@ std::string Checkpointer::save(Step& step, const RunPosition& at, const BestEval
   if (config_.ckpt.async) wait_for_background_write();
   ckpt::NamedTensors generators = gather_generators();
   step.sync_buffers();
-  if (base_checksums_.empty() && control_.world_rank() == 0) base_checksums_ = base_checksums(step.model());
+  if (base_checksums_.empty() && control_.world_rank() == 0) base_checksums_ = weights::base_checksums(step.model());
   std::string path;
-  if (step.update().zero_stage() > 0) {
+  if (step.strategy().shards_state()) {
     path = save_sharded(step, at, best_so_far, std::move(generators), best, blocked);
   } else if (control_.world_rank() == 0) {
     const activity::Scope writing(activity::Kind::kCheckpoint);
@@ -241,7 +215,7 @@ std::string Checkpointer::save_sharded(Step& step, const RunPosition& at, const 
 // Every rank's generators, gathered on the control plane (no collective is in flight here).
 ckpt::NamedTensors Checkpointer::gather_generators() {
   ckpt::NamedTensors generators;
-  for (const auto& [name, state] : rng_state(device_)) {
+  for (const auto& [name, state] : optim::rng_state(device_)) {
     const at::Tensor bytes = state.to(at::kCPU).contiguous();
     const auto all = control_.allgather_string(
         std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.nbytes())));
@@ -268,7 +242,7 @@ ckpt::Checkpoint Checkpointer::assemble(Step& step, const RunPosition& at, const
   meta.created = utc_now();
   // At stage 3 each rank adds its slices of the parameters; the buffers are whole everywhere.
   checkpoint.groups[ckpt::group::kModel] =
-      step.update().shards_parameters() ? model_buffers(step.model()) : model_state(step.model());
+      step.strategy().shards_parameters() ? weights::model_buffers(step.model()) : weights::model_state(step.model());
   add_own_state(step, checkpoint);
   checkpoint.groups[ckpt::group::kSched] = {{"step", torch::full({}, at.step, torch::kLong)}};
   for (auto& entry : step.skipped().state()) checkpoint.groups[ckpt::group::kSched].push_back(std::move(entry));
@@ -277,7 +251,7 @@ ckpt::Checkpoint Checkpointer::assemble(Step& step, const RunPosition& at, const
   if (best_so_far.test_acc) bests.emplace_back("best_test_acc", torch::full({}, *best_so_far.test_acc, torch::kDouble));
   if (best_so_far.test_loss) bests.emplace_back("best_test_loss", torch::full({}, *best_so_far.test_loss, torch::kDouble));
   if (!bests.empty()) checkpoint.groups[ckpt::group::kMetrics] = std::move(bests);
-  if (const LossScaler* scaler = step.loss_scaler()) checkpoint.groups[ckpt::group::kLossScaler] = scaler->state();
+  if (const optim::LossScaler* scaler = step.loss_scaler()) checkpoint.groups[ckpt::group::kLossScaler] = scaler->state();
   if (!base_checksums_.empty()) checkpoint.groups[ckpt::group::kBase] = base_checksums_;
   return checkpoint;
 }

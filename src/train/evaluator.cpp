@@ -59,7 +59,7 @@ EvalResult evaluate(model::Model& model, const Objective& objective, const data:
 double EvalResult::perplexity() const { return std::exp(loss); }
 
 Evaluation::Evaluation(std::shared_ptr<const data::Source> source, const config::Config& config,
-                       comm::Communicator& comm, c10::Device device, MetricsWriter& metrics)
+                       comm::Communicator& comm, c10::Device device, observe::MetricsWriter& metrics)
     : source_(std::move(source)),
       config_(config),
       objective_(make_objective(config)),

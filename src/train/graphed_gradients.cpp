@@ -14,32 +14,8 @@
 
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
-#include "hpctrain/train/loss_scaler.h"
 
 namespace hpctrain::train {
-
-std::string GraphedGradients::refusal(const config::Config& config, int world, c10::Device device) {
-  if (!CapturedWork::available()) {
-    return "this hpctrain was built without CUDA graphs (a CPU libtorch, no CUDA toolkit found, or "
-           "-DHPCTRAIN_WITH_CUDA_GRAPHS=OFF)";
-  }
-  if (!device.is_cuda()) return "CUDA graphs need a GPU (dist.device=cuda)";
-  if (world > 1) {
-    return "it runs on one rank so far: GradSync's reduction during backward is not captured yet";
-  }
-  if (config.dist.zero_stage > 0) return "it does not work with dist.zero_stage > 0 yet";
-  if (uses_loss_scaling(config.train)) {
-    return "dynamic loss scaling (train.loss_scale, fp16's default) changes the scale between steps, and a "
-           "graph would keep the first";
-  }
-  if (config.model.activation_checkpointing) {
-    return "model.activation_checkpointing saves and restores random-generator states on the host";
-  }
-  if (config.train.objective == config::Objective::kDiffusion) {
-    return "the diffusion objective draws its noise per sample on the host";
-  }
-  return "";
-}
 
 bool GraphedGradients::fits(const data::Batch& batch, std::int64_t step_real) const {
   const auto same = [](const at::Tensor& a, const at::Tensor& b) {

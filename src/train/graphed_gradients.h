@@ -21,10 +21,6 @@ namespace hpctrain::train {
 
 class GraphedGradients {
  public:
-  // "" when train.cuda_graphs can run with `config` on `world` ranks on `device`, else why not,
-  // as the end of a ConfigError.
-  static std::string refusal(const config::Config& config, int world, c10::Device device);
-
   // A micro-batch's forward and backward: accumulates its gradients and returns its weighted loss
   // sum (a 0-dim tensor on the device). `step_real`: the real samples of the whole step.
   using Compute = std::function<at::Tensor(const data::Batch& batch, std::int64_t step_real)>;

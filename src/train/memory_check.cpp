@@ -10,10 +10,11 @@
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/system.h"
 #include "hpctrain/core/units.h"
-#include "hpctrain/train/global_batch.h"
-#include "hpctrain/train/gradient_update.h"
-#include "hpctrain/train/preflight.h"
+#include "hpctrain/runtime/global_batch.h"
+#include "hpctrain/runtime/preflight.h"
+#include "hpctrain/sharding/strategy.h"
 #include "hpctrain/train/trainer.h"
+#include "hpctrain/weights/model_weights.h"
 #include "memory_probe.h"
 
 namespace hpctrain::train {
@@ -23,17 +24,6 @@ namespace {
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
-
-std::int64_t model_state_to_come(std::int64_t elements, std::int64_t bytes, const config::Config& config,
-                                 int world_size) {
-  const std::int64_t stage = config.dist.zero_stage;
-  const std::int64_t shards = std::max(1, world_size);
-  const std::int64_t gradients = stage >= 2 ? ceil_div(bytes, shards) : bytes;
-  const std::int64_t state_elements = stage >= 1 ? ceil_div(elements, shards) : elements;
-  // A moving average of the weights is sharded as the optimizer state is.
-  const std::int64_t average = config.train.ema_decay <= 0 ? 0 : stage >= 1 ? ceil_div(bytes, shards) : bytes;
-  return gradients + state_elements * optimizer_state_bytes_per_element(config.optim) + average;
-}
 
 MemoryNeed memory_need(const config::Config& config, const ItemBytes& train, std::int64_t read_ahead,
                        std::int64_t accumulation, const ItemBytes& eval, std::int64_t eval_items,
@@ -87,7 +77,7 @@ namespace {
 std::pair<std::int64_t, std::int64_t> trainable(model::Model& model) {
   std::int64_t elements = 0;
   std::int64_t bytes = 0;
-  for (const auto& [name, p] : trainable_parameters(model.module())) {
+  for (const auto& [name, p] : weights::trainable_parameters(model.module())) {
     elements += p.numel();
     bytes += static_cast<std::int64_t>(p.nbytes());
   }
@@ -110,7 +100,7 @@ MemoryNeed host_need(const TrainingSetup& setup, int world_size) {
     eval_items = std::min(config.train.eval_batch_size, ceil_div(setup.eval->items(), world_size));
   }
   const auto [elements, bytes] = trainable(*setup.model);
-  std::int64_t model_state = model_state_to_come(elements, bytes, config, world_size);
+  std::int64_t model_state = sharding::Strategy(config.dist).state_bytes(elements, bytes, config, world_size);
   if (setup.use_cuda) {  // the GPU holds the finished batches and the state
     train.on_device = eval.on_device = 0;
     model_state = 0;
@@ -119,7 +109,7 @@ MemoryNeed host_need(const TrainingSetup& setup, int world_size) {
       config.data.prefetch > 0 ? std::max(config.data.prefetch, config.data.loader_threads) : 0;
   std::int64_t cache = setup.train->cache_bytes_to_come();
   if (setup.eval) cache += setup.eval->cache_bytes_to_come();
-  return memory_need(config, train, read_ahead, accumulation_steps(config.train, world_size), eval, eval_items,
+  return memory_need(config, train, read_ahead, runtime::accumulation_steps(config.train, world_size), eval, eval_items,
                      model_state, cache);
 }
 
@@ -143,7 +133,7 @@ void check_memory_fits(const TrainingSetup& setup, const comm::Bootstrap& bootst
       problems.push_back(std::move(line));
     }
   }
-  fail_together(bootstrap, problems, "");
+  runtime::fail_together(bootstrap, problems, "");
 }
 
 }  // namespace hpctrain::train

@@ -5,11 +5,11 @@
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
+#include "hpctrain/optim/train_state.h"
 #include "hpctrain/train/checkpointer.h"
-#include "hpctrain/train/lora_base.h"
 #include "hpctrain/train/resume_policy.h"
 #include "hpctrain/train/resume_state.h"
-#include "hpctrain/train/train_state.h"
+#include "hpctrain/weights/lora_base.h"
 
 namespace hpctrain::train {
 
@@ -23,8 +23,8 @@ std::optional<Resumed> Checkpointer::resume(Step& step, std::int64_t accumulatio
   const ckpt::CheckpointReader reader(chosen);
   const ckpt::CheckpointMeta& meta = reader.meta();
   check_config_unchanged(reader);
-  check_base(reader, step.model(), base_source(config_.model));
-  GradientUpdate& update = step.update();
+  weights::check_base(reader, step.model(), weights::base_source(config_.model));
+  sharding::GradientUpdate& update = step.update();
   const auto load_optimizer = [&update](const ckpt::CheckpointReader& r) { update.load_optimizer_state(r); };
   ResumedState state;
   // At stage 3 the model is read whole (as at start-up, when it was built whole) and then sharded.
@@ -38,14 +38,14 @@ std::optional<Resumed> Checkpointer::resume(Step& step, std::int64_t accumulatio
     log::warn("checkpoint {} holds no loss scale (written without loss scaling); starting from "
               "train.loss_scale_init={}", chosen, config_.train.loss_scale_init);
   }
-  if (WeightAverage* average = step.average(); average && !state.average_restored) {
+  if (sharding::WeightAverage* average = step.average(); average && !state.average_restored) {
     average->restart();
     log::warn("checkpoint {} holds no moving average of the weights (written with train.ema_decay=0); the "
               "average starts from the resumed weights", chosen);
   }
   if (!state.generators_restored) {
     // Another world size: no rank's generators carry over; new ones, distinct per rank and step.
-    torch::manual_seed(rank_seed(config_.train.seed, control_.world_rank(), state.step));
+    torch::manual_seed(optim::rank_seed(config_.train.seed, control_.world_rank(), state.step));
   }
   const Resumed resumed{{state.step, state.epoch, state.cursor}, {state.best_test_acc, state.best_test_loss}};
   log::info("resumed from {}: step {}, epoch {}, sampler cursor {} (written by {} rank(s))", chosen, state.step,

@@ -2,8 +2,9 @@
 
 #include <torch/torch.h>
 
-#include "hpctrain/train/train_state.h"
+#include "hpctrain/optim/train_state.h"
 #include "hpctrain/train/checkpointer.h"
+#include "hpctrain/weights/model_weights.h"
 
 namespace hpctrain::train {
 
@@ -32,7 +33,7 @@ ResumedState read_resume_state(const ckpt::CheckpointReader& reader, const Resum
                           ", epoch " + std::to_string(meta.epoch) + ", cursor " + std::to_string(meta.cursor) +
                           "); the file is damaged");
   }
-  reader.read_into(ckpt::group::kModel, model_state(targets.model));
+  reader.read_into(ckpt::group::kModel, weights::model_state(targets.model));
   if (targets.average && reader.has_group(ckpt::group::kEma)) {
     targets.average->load(reader);
     resumed.average_restored = true;
@@ -63,7 +64,7 @@ ResumedState read_resume_state(const ckpt::CheckpointReader& reader, const Resum
   const ckpt::NamedTensors generators = generators_of_rank(reader, targets.rank);
   if (meta.world_size == targets.world_size && !generators.empty()) {
     try {
-      restore_rng_state(targets.device, generators);
+      optim::restore_rng_state(targets.device, generators);
     } catch (const c10::Error& e) {
       throw CheckpointError(reader.path() + ": rng/rank-" + std::to_string(targets.rank) +
                             " is not a generator state of this libtorch: " + e.what_without_backtrace());

@@ -8,27 +8,21 @@
 
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/core/error.h"
-#include "hpctrain/core/system.h"
 #include "hpctrain/core/log.h"
+#include "hpctrain/core/system.h"
 #include "hpctrain/core/timer.h"
 #include "hpctrain/core/trace.h"
 #include "hpctrain/core/units.h"
 #include "hpctrain/ddp/grad_sync.h"
+#include "hpctrain/model/autocast.h"
 #include "hpctrain/model/batch_norm.h"
 #include "hpctrain/model/flops.h"
-#include "hpctrain/model/autocast.h"
+#include "hpctrain/train/option_checks.h"
 #include "hpctrain/train/step_loss.h"
+#include "hpctrain/weights/model_weights.h"
 #include "graphed_gradients.h"
 
 namespace hpctrain::train {
-
-NamedParameters trainable_parameters(torch::nn::Module& module) {
-  NamedParameters named;
-  for (const auto& p : module.named_parameters()) {
-    if (p.value().requires_grad()) named.emplace_back(p.key(), p.value());
-  }
-  return named;
-}
 
 namespace {
 
@@ -51,23 +45,24 @@ void synchronize_batch_norm(const config::Config& config, model::Model& model, c
   }
 }
 
-std::optional<LossScaler> loss_scaler_for(const config::TrainConfig& train) {
-  if (!uses_loss_scaling(train)) return std::nullopt;
-  LossScalerOptions scaling;
+std::optional<optim::LossScaler> loss_scaler_for(const config::TrainConfig& train) {
+  if (!optim::uses_loss_scaling(train)) return std::nullopt;
+  optim::LossScalerOptions scaling;
   scaling.initial_scale = train.loss_scale_init;
-  return LossScaler(scaling);
+  return optim::LossScaler(scaling);
 }
 
 }  // namespace
 
 Step::Step(std::shared_ptr<model::Model> model, const config::Config& config, comm::Communicator& comm,
            c10::Device device)
-    : model_(std::move(model)), config_(config), comm_(comm), device_(device), objective_(make_objective(config)),
+    : model_(std::move(model)), config_(config), strategy_(config.dist), comm_(comm), device_(device),
+      objective_(make_objective(config)),
       skipped_({config.train.nonfinite == config::Nonfinite::kAbort, config.train.max_skipped}) {
   // Sharded: what is made here to last (stage 1's buckets, the moving average) and the broadcast's
   // temporaries are mapped, so the heap is left to the steps' temporaries (docs/architecture.md,
   // "Allocator").
-  const sys::LargeAllocationsMapped mapped(config_.dist.zero_stage > 0);
+  const sys::LargeAllocationsMapped mapped(strategy_.shards_state());
   torch::nn::Module& module = model_->module();
   module.to(device_);
   std::vector<at::Tensor> everything = module.parameters();
@@ -75,15 +70,15 @@ Step::Step(std::shared_ptr<model::Model> model, const config::Config& config, co
   for (const auto& b : buffers_) buffers_before_step_.push_back(b.detach().clone());
   everything.insert(everything.end(), buffers_.begin(), buffers_.end());
   ddp::broadcast_tensors(comm_, everything, 0);
-  update_ = make_gradient_update(config_, comm_, trainable_parameters(module), *model_);
+  update_ = strategy_.make_update(config_, comm_, weights::trainable_parameters(module), *model_);
   synchronize_batch_norm(config_, *model_, comm_);
   loss_scaler_ = loss_scaler_for(config_.train);
   if (config_.train.ema_decay > 0) {
-    average_.emplace(WeightAverage::of_update(*update_, *model_, config_.train.ema_decay));
+    average_.emplace(
+        sharding::WeightAverage::of_update(*update_, *model_, config_.train.ema_decay, strategy_.shards_state()));
   }
   if (config_.train.cuda_graphs) {
-    const std::string refusal = GraphedGradients::refusal(config_, comm_.size(), device_);
-    if (!refusal.empty()) throw ConfigError("train.cuda_graphs=true: " + refusal + "; set train.cuda_graphs=false");
+    check_cuda_graphs(config_, {device_.is_cuda(), comm_.size(), /*training=*/true});
     graphs_ = std::make_unique<GraphedGradients>(device_);
   }
   log_model();
@@ -125,7 +120,7 @@ StepResult Step::run(const std::vector<data::Batch>& micro_batches, const StepPl
     for (size_t b = 0; b < buffers_.size(); ++b) buffers_[b].copy_(buffers_before_step_[b]);
   }
   result.action = skipped_.after_step(result.finite);
-  if (result.action == NonfiniteAction::kAbort) return result;  // the run stops at the last good state
+  if (result.action == optim::NonfiniteAction::kAbort) return result;  // the run stops at the last good state
   if (loss_scaler_) loss_scaler_->update(result.finite);
   const trace::Span span("optimizer");
   if (result.finite) result.grad_norm = update_->clip(config_.optim.clip_grad_norm, plan.want_grad_norm);
@@ -268,16 +263,15 @@ void Step::log_model() const {
   for (const auto& tied : model_->tied_parameters()) {
     log::info("tied weights: '{}' is '{}' (trained once, stored under both names)", tied.name, tied.same_as);
   }
-  const HeldBytes held = update_->held_bytes();
-  log::info("rank {} holds {} of parameters, {} of gradients and {} of optimizer state (dist.zero_stage={}{})",
-            comm_.rank(), bytes_text(held.parameters), bytes_text(held.gradients), bytes_text(held.optimizer_state),
-            config_.dist.zero_stage,
-            config_.dist.zero_stage == 0 ? "" : fmt::format(", its share of {} rank(s)", comm_.size()));
+  const observe::HeldBytes held = update_->held_bytes();
+  log::info("rank {} holds {} of parameters, {} of gradients and {} of optimizer state ({}{})", comm_.rank(),
+            bytes_text(held.parameters), bytes_text(held.gradients), bytes_text(held.optimizer_state),
+            strategy_.option(), strategy_.shards_state() ? fmt::format(", its share of {} rank(s)", comm_.size()) : "");
   if (average_) {
     log::info("keeping a moving average of the trained weights (train.ema_decay={}): {} more{}, used by "
               "evaluation and kept in checkpoints",
               config_.train.ema_decay, bytes_text(average_->bytes()),
-              update_->zero_stage() > 0 ? " (this rank's share)" : "");
+              strategy_.shards_state() ? " (this rank's share)" : "");
   }
 }
 

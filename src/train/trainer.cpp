@@ -11,10 +11,10 @@
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/trace.h"
 #include "hpctrain/ddp/block_cache.h"
-#include "hpctrain/train/checkpoint_room.h"
-#include "hpctrain/train/global_batch.h"
-#include "hpctrain/train/lr_schedule.h"
-#include "hpctrain/train/train_state.h"
+#include "hpctrain/optim/lr_schedule.h"
+#include "hpctrain/optim/train_state.h"
+#include "hpctrain/runtime/checkpoint_room.h"
+#include "hpctrain/runtime/global_batch.h"
 
 namespace hpctrain::train {
 namespace {
@@ -27,7 +27,7 @@ TrainingSetup with_training_data(TrainingSetup setup) {
 }  // namespace
 
 Trainer::Trainer(TrainingSetup setup, comm::ControlPlane& control, comm::Communicator& comm, c10::Device device,
-                 RunDirectory run_dir)
+                 runtime::RunDirectory run_dir)
     : setup_(with_training_data(std::move(setup))), control_(control), device_(device), run_dir_(std::move(run_dir)),
       metrics_(run_dir_.metrics_path(), control.world_rank() == 0),
       step_(setup_.model, setup_.config, comm, device),
@@ -36,7 +36,7 @@ Trainer::Trainer(TrainingSetup setup, comm::ControlPlane& control, comm::Communi
       evaluation_(setup_.eval, setup_.config, comm, device, metrics_),
       profile_(config::parse_step_range(setup_.config.log.profile_steps), run_dir_.profile_path(control.world_rank())),
       checkpointer_(setup_.config, control, run_dir_, device) {
-  torch::manual_seed(rank_seed(setup_.config.train.seed, control.world_rank(), /*step=*/0));
+  torch::manual_seed(optim::rank_seed(setup_.config.train.seed, control.world_rank(), /*step=*/0));
 }
 
 Trainer::~Trainer() = default;
@@ -52,7 +52,8 @@ TrainSummary Trainer::run() {
   activity::enter(activity::Kind::kStep);  // between steps too, until the run ends
   if (control_.world_rank() == 0) {
     const std::string checkpoints = run_dir_.checkpoints_dir();
-    warn_if_checkpoints_do_not_fit(checkpoints, checkpoint_bytes(checkpoints, setup_.checkpoint_bytes));
+    runtime::warn_if_checkpoints_do_not_fit(checkpoints,
+                                            runtime::checkpoint_bytes(checkpoints, setup_.checkpoint_bytes));
     const std::string config_text = config::to_ini(setup_.config);
     run_dir_.write_config(config_text);
     if (setup_.config.log.tensorboard) metrics_.start_tensorboard(run_dir_.tensorboard_dir(), step_.count(), config_text);
@@ -94,9 +95,9 @@ void Trainer::plan_run() {
   const int world = control_.world_size();
   setup_.train->read_collectively(world);
   sampler_ = setup_.train->sampler(world, control_.world_rank());
-  accumulation_ = accumulation_steps(config.train, world);
+  accumulation_ = runtime::accumulation_steps(config.train, world);
   const std::int64_t global_batch = config.train.batch_size * accumulation_ * world;
-  peak_lr_ = peak_lr(config.optim, global_batch);
+  peak_lr_ = optim::peak_lr(config.optim, global_batch);
   steps_per_epoch_ = (sampler_->steps_from(0) + accumulation_ - 1) / accumulation_;
   const bool dropped = !setup_.train->language_model() && config.train.drop_last;
   log::info("training on {}: {} steps per epoch, global batch {} ({} ranks x {} "
@@ -131,7 +132,7 @@ bool Trainer::train_epoch(std::int64_t epoch, std::int64_t cursor) {
       const trace::Span span("data wait");
       return reader.next();
     }();
-    const StepPlan plan{lr_at(setup_.config.optim, peak_lr_, step_.count(), total_steps_), policy_.records(next, last)};
+    const StepPlan plan{optim::lr_at(setup_.config.optim, peak_lr_, step_.count(), total_steps_), policy_.records(next, last)};
     profile_.before_step(next);
     const StepResult result = step_.run(input.micro_batches, plan);
     profile_.after_step(next);
@@ -143,13 +144,15 @@ bool Trainer::train_epoch(std::int64_t epoch, std::int64_t cursor) {
 // The policy's part of a step. False when the run stops.
 bool Trainer::after_step(const StepResult& result, const data::StepInput& input, const data::EpochReader& reader,
                          std::int64_t epoch, bool last) {
-  if (result.action == NonfiniteAction::kAbort) {
+  if (result.action == optim::NonfiniteAction::kAbort) {
     stop_on_nonfinite(result);
     return false;
   }
   if (!result.finite) warn_of_skipped_step(result);
   activity::set_step(step_.count());
-  progress_.add(result, input.wait_s, step_);
+  progress_.add({result.loss_sum, result.samples, result.finite, result.comm_s, step_.count(), step_.training_flops(),
+                 step_.held_bytes()},
+                input.wait_s);
   if (policy_.records(step_.count(), last)) record(result, reader, epoch);
   epoch_ = epoch;
   cursor_ = input.next_cursor;
@@ -169,7 +172,7 @@ bool Trainer::after_step(const StepResult& result, const data::StepInput& input,
 }
 
 void Trainer::record(const StepResult& result, const data::EpochReader& reader, std::int64_t epoch) {
-  ProgressPoint at;
+  observe::ProgressPoint at;
   at.epoch = epoch;
   at.step_in_epoch = reader.taken();
   at.steps_in_epoch = reader.steps();
@@ -178,7 +181,7 @@ void Trainer::record(const StepResult& result, const data::EpochReader& reader, 
   at.lr = step_.update().lr();
   at.grad_norm = result.grad_norm;
   at.skipped = step_.skipped().total();
-  if (const LossScaler* scaler = step_.loss_scaler()) at.loss_scale = scaler->scale();
+  if (const optim::LossScaler* scaler = step_.loss_scaler()) at.loss_scale = scaler->scale();
   progress_.write(at);
 }
 

@@ -3,21 +3,22 @@
 // every rank the same way before anything is written.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <optional>
 
+#include "hpctrain/comm/bootstrap.h"
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/system.h"
 #include "hpctrain/data/manifest.h"
 #include "hpctrain/model/model.h"
-#include "hpctrain/train/checkpoint_room.h"
-#include "hpctrain/train/device.h"
-#include "hpctrain/train/global_batch.h"
-#include "hpctrain/train/loss_scaler.h"
-#include "hpctrain/train/lr_schedule.h"
+#include "hpctrain/runtime/checkpoint_room.h"
+#include "hpctrain/runtime/device.h"
+#include "hpctrain/runtime/global_batch.h"
+#include "hpctrain/sharding/strategy.h"
 #include "hpctrain/train/objective.h"
-#include "hpctrain/train/optimizer.h"
+#include "hpctrain/train/option_checks.h"
 #include "hpctrain/train/trainer.h"
 #include "hpctrain/weights/init_from.h"
 #include "hpctrain/weights/weight_file.h"
@@ -99,7 +100,7 @@ void check_batch_fits_share(const data::Source& train_split, const config::Train
 
 void check_world_fits(const TrainingSetup& setup, int world_size) {
   const config::TrainConfig& train = setup.config.train;
-  accumulation_steps(train, world_size);
+  runtime::accumulation_steps(train, world_size);
   if (!setup.train) return;
   const std::int64_t global_batch = world_size * train.batch_size;
   if (!setup.train->language_model() && train.drop_last && setup.train->items() < global_batch) {
@@ -112,36 +113,6 @@ void check_world_fits(const TrainingSetup& setup, int world_size) {
 }
 
 namespace {
-
-// Throws ConfigError for options that cannot work together here.
-void check_run_options(const config::Config& config, bool use_cuda, bool need_train_split) {
-  comm::validate_backend(config.dist.backend, use_cuda);
-  if (need_train_split && config.train.precision == config::Precision::kFp16 && !use_cuda) {  // eval runs in float32
-    throw ConfigError("train.precision=fp16 needs a GPU (dist.device=cuda or auto with one visible): on the CPU "
-                      "autocast computes in bfloat16 only; use train.precision=bf16 there");
-  }
-  if (config.train.nonfinite == config::Nonfinite::kAbort && uses_loss_scaling(config.train)) {
-    throw ConfigError(std::string("train.nonfinite=abort with dynamic loss scaling (train.loss_scale=") +
-                      config::name_of(config.train.loss_scale) + ", train.precision=" +
-                      config::name_of(config.train.precision) + "): the scaler finds its scale by "
-                      "skipping overflowing steps; use train.nonfinite=skip (train.max_skipped bounds a run "
-                      "of them) or train.loss_scale=none");
-  }
-  check_optimizer_options(config.optim);
-  check_schedule_options(config.optim);
-  make_objective(config);  // throws for a model the objective cannot train
-  if (config.dist.zero_stage == 3 && config.model.name == config::ModelName::kTorchscript) {
-    throw ConfigError("dist.zero_stage=3 with model.name=torchscript: stage 3 gathers the parameters block by "
-                      "block, and a TorchScript module's forward cannot be split into blocks; use "
-                      "dist.zero_stage=2");
-  }
-  if (config.data.shuffle_window_mb * 2 > config.data.cache_mb) {
-    throw ConfigError("data.shuffle_window_mb=" + std::to_string(config.data.shuffle_window_mb) +
-                      " needs data.cache_mb >= " + std::to_string(2 * config.data.shuffle_window_mb) +
-                      " (the window being read and the next are held in memory; data.cache_mb is " +
-                      std::to_string(config.data.cache_mb) + "); raise data.cache_mb or lower the window");
-  }
-}
 
 // model.init_from, read and mapped onto the model's names; a gpt's shape options given as 0 are
 // filled from it.
@@ -195,7 +166,7 @@ void check_vocabulary(const config::Config& config, const InitialWeights& initia
 // (sys::LargeAllocationsMapped): stage 3 frees them once cut into shards, and at every stage the
 // heap is left to a step's temporaries.
 std::shared_ptr<model::Model> build_model(const config::Config& config, const model::ModelSpec& spec) {
-  const sys::LargeAllocationsMapped mapped(config.dist.zero_stage > 0);
+  const sys::LargeAllocationsMapped mapped(sharding::Strategy(config.dist).shards_state());
   return model::make_model(config.model, spec);
 }
 
@@ -253,10 +224,10 @@ void load_sample_splits(bool need_train_split, TrainingSetup& setup) {
 TrainingSetup prepare_training(const config::Config& given, bool need_train_split) {
   config::Config config = given;
   const std::optional<InitialWeights> initial = read_initial_weights(config.model, need_train_split);
-  const bool use_cuda = resolve_use_cuda(config.dist.device, visible_gpus());
-  check_run_options(config, use_cuda, need_train_split);
+  const bool use_cuda = runtime::resolve_use_cuda(config.dist.device, runtime::visible_gpus());
+  check_options(config, {use_cuda, std::max(1, comm::Bootstrap::launcher_world_size()), need_train_split});
   const int threads = configure_threads(config.train);
-  set_cuda_math(config.train.tf32, config.train.cudnn_benchmark);
+  runtime::set_cuda_math(config.train.tf32, config.train.cudnn_benchmark);
   // Same seed everywhere: every rank builds identical initial weights (rank 0's are broadcast
   // anyway, so a rank with a different libtorch still starts from the same point).
   torch::manual_seed(static_cast<std::uint64_t>(config.train.seed));
@@ -273,7 +244,7 @@ TrainingSetup prepare_training(const config::Config& given, bool need_train_spli
     check_vocabulary(config, *initial, manifest);
     weights::load_weights(*setup.model, initial->mapped, config.model.init_strict, config.model.init_from);
   }
-  setup.checkpoint_bytes = checkpoint_bytes_estimate(config, *setup.model);
+  setup.checkpoint_bytes = runtime::checkpoint_bytes_estimate(config, *setup.model);
   return setup;
 }
 

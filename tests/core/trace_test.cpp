@@ -1,6 +1,6 @@
 // The timeline of log.trace_steps (core/trace.h): only the steps in range are recorded, each thread
 // on its named track, a NCCL-style span on a track of its own; the file is written once, after the
-// range, as Chrome trace events that train/timeline_merge.h takes back.
+// range, as Chrome trace events that observe/timeline_merge.h takes back.
 #include "hpctrain/core/trace.h"
 
 #include <gtest/gtest.h>
@@ -16,7 +16,7 @@
 
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/system.h"
-#include "hpctrain/train/timeline_merge.h"
+#include "hpctrain/observe/timeline_merge.h"
 
 namespace hpctrain::trace {
 namespace {
@@ -102,8 +102,8 @@ TEST_F(TraceTest, RecordsOnlyTheStepsInRangeAndWritesAfterTheLast) {
       EXPECT_EQ(e["args"], (json{{"bucket", 4}, {"bytes", 64}}));
     }
   }
-  train::TimelineMerger merger;
-  const train::TimelineFacts facts = merger.add(read(path_), path_);
+  observe::TimelineMerger merger;
+  const observe::TimelineFacts facts = merger.add(read(path_), path_);
   EXPECT_EQ(facts.rank, 3);
   EXPECT_EQ(facts.spans, 5);
 }
@@ -127,7 +127,7 @@ TEST_F(TraceTest, ARunThatEndsBeforeTheRangeWritesNothing) {
 
 TEST(TimelineMergerTest, RefusesWhatIsNotATimelineNamingTheFile) {
   const auto refusal = [](const std::string& text) {
-    train::TimelineMerger merger;
+    observe::TimelineMerger merger;
     try {
       merger.add(text, "trace/rank-0.json");
     } catch (const ConfigError& error) {
@@ -154,7 +154,7 @@ TEST(TimelineMergerTest, RefusesWhatIsNotATimelineNamingTheFile) {
   EXPECT_EQ(refusal("{" + ok_other + R"(,"traceEvents":[{"ph":"X","pid":0,"tid":0,"name":"a","ts":1,"dur":1}]})"),
             "accepted");
 
-  train::TimelineMerger merger;
+  observe::TimelineMerger merger;
   const std::string twice = "{" + ok_other + R"(,"traceEvents":[]})";
   merger.add(twice, "a.json");
   EXPECT_THROW(merger.add(twice, "b.json"), ConfigError);

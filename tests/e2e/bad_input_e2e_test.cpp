@@ -374,6 +374,14 @@ std::vector<Case> config_cases() {
        {"ckpt.signals: 'USR9' must be comma-separated signal names"}, RunDir::kNotCreated},
       {"TorchscriptWithoutAPath", Copy::kNothing, nullptr,
        1, "{train} --model.name=torchscript", 2, {"model.name=torchscript needs model.path"}, RunDir::kNotCreated},
+      // The refusals of options that cannot work together (train/option_checks.h) come before
+      // MPI starts and before the run directory exists.
+      {"ZeroStageThreeWithATorchscriptModel", Copy::kNothing, nullptr,
+       1, "{train} --model.name=torchscript --model.path={case}/model.pt --dist.zero_stage=3", 2,
+       {"dist.zero_stage=3 with model.name=torchscript", "use dist.zero_stage=2"}, RunDir::kNotCreated},
+      {"CudaGraphsWhereTheyCannotRun", Copy::kNothing, nullptr,
+       1, "{train} --train.cuda_graphs=true", 2,
+       {"train.cuda_graphs=true: ", "; set train.cuda_graphs=false"}, RunDir::kNotCreated},
   };
 }
 

@@ -1,4 +1,4 @@
-// One run directory, one job (Note [Run directory lock] in src/train/run_lock.cpp), through the
+// One run directory, one job (Note [Run directory lock] in src/runtime/run_lock.cpp), through the
 // real executable: a second `hpctrain train` on a run directory in use is refused in one line
 // naming the holder and writes nothing; a job stopped by a signal leaves no lock behind; a killed
 // job's lock is taken over at once by the next start on its host. And a run directory on a file

@@ -15,14 +15,15 @@
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/model/model.h"
-#include "hpctrain/train/loss_scaler.h"
-#include "hpctrain/train/nonfinite.h"
-#include "hpctrain/train/optimizer.h"
+#include "hpctrain/optim/loss_scaler.h"
+#include "hpctrain/optim/nonfinite.h"
+#include "hpctrain/optim/optimizer.h"
+#include "hpctrain/optim/train_state.h"
+#include "hpctrain/sharding/weight_average.h"
 #include "hpctrain/train/resume_policy.h"
 #include "hpctrain/train/resume_state.h"
-#include "hpctrain/train/weight_average.h"
-#include "hpctrain/train/train_state.h"
 #include "hpctrain/train/trainer.h"
+#include "hpctrain/weights/model_weights.h"
 
 namespace hpctrain::fuzz {
 
@@ -36,10 +37,10 @@ struct Run {
   std::shared_ptr<model::Model> model;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::vector<std::string> parameter_names;
-  train::SkippedSteps skipped{train::NonfinitePolicy{}};
-  train::LossScaler loss_scaler;
-  std::optional<train::WeightAverage> average;
-  std::optional<train::WeightAverage> average_share;  // a sharded rank's: the last elements of each weight
+  optim::SkippedSteps skipped{optim::NonfinitePolicy{}};
+  optim::LossScaler loss_scaler;
+  std::optional<sharding::WeightAverage> average;
+  std::optional<sharding::WeightAverage> average_share;  // a sharded rank's: the last elements of each weight
 
   Run() {
     torch::manual_seed(3);
@@ -53,16 +54,16 @@ struct Run {
     o.beta1 = 0.9;
     o.beta2 = 0.999;
     o.eps = 1e-8;
-    train::NamedParameters named;
+    optim::NamedParameters named;
     for (auto& p : model->module().named_parameters()) named.emplace_back(p.key(), p.value());
-    optimizer = train::make_optimizer(o, named);
-    parameter_names = train::names_in_optimizer_order(*optimizer, named);
+    optimizer = optim::make_optimizer(o, named);
+    parameter_names = optim::names_in_optimizer_order(*optimizer, named);
     optimizer->zero_grad();
     model->forward(torch::rand({2, 1, 4, 4})).sum().backward();
     optimizer->step();
-    average.emplace(train::whole_slices(train::averaged_parameters(*model)), 0.9, /*sharded=*/false);
+    average.emplace(sharding::whole_slices(weights::averaged_parameters(*model)), 0.9, /*sharded=*/false);
     ckpt::TensorSlices share;
-    for (const auto& [name, weight] : train::averaged_parameters(*model)) {
+    for (const auto& [name, weight] : weights::averaged_parameters(*model)) {
       const std::int64_t count = std::min<std::int64_t>(weight.numel(), 3);
       const std::int64_t first = weight.numel() - count;
       share.push_back({name, weight.sizes().vec(), first, weight.detach().view({-1}).narrow(0, first, count)});
@@ -75,14 +76,14 @@ struct Run {
     checkpoint.meta.step = 1;
     checkpoint.meta.model_name = "mlp";
     checkpoint.meta.config_text = config_ini;
-    checkpoint.groups["model"] = train::model_state(*model);
-    checkpoint.groups["optim"] = train::optimizer_state(*optimizer, parameter_names);
+    checkpoint.groups["model"] = weights::model_state(*model);
+    checkpoint.groups["optim"] = optim::optimizer_state(*optimizer, parameter_names);
     checkpoint.groups["sched"] = skipped.state();
     checkpoint.groups["sched"].emplace_back("step", torch::full({}, 1, torch::kInt64));
     checkpoint.groups["loss_scaler"] = loss_scaler.state();
     average->add_to(checkpoint);
     checkpoint.groups["metrics"] = {{"best_test_acc", torch::full({}, 0.5, torch::kDouble)}};
-    for (auto& [name, state] : train::rng_state(c10::Device(c10::kCPU))) {
+    for (auto& [name, state] : optim::rng_state(c10::Device(c10::kCPU))) {
       checkpoint.groups["rng"].emplace_back("rank-0/" + name, state);
     }
     return ckpt::write_checkpoint(dir, checkpoint);
@@ -116,7 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const ckpt::CheckpointReader reader(path);
     (void)train::resume_config_changes(reader.meta().config_text, run.config_ini, {reader.meta().world_size, 2});
     const auto load_optimizer = [&run](const ckpt::CheckpointReader& r) {
-      train::load_optimizer_state(*run.optimizer, run.parameter_names, r.read_group("optim"));
+      optim::load_optimizer_state(*run.optimizer, run.parameter_names, r.read_group("optim"));
     };
     train::read_resume_state(reader, train::ResumeTargets{*run.model, load_optimizer, run.skipped, &run.loss_scaler, &*run.average});
     // What a rank of a sharded optimizer reads: its elements of each state, by range.

@@ -1,4 +1,4 @@
-// A rank's timeline file as `hpctrain trace merge` reads it (train/timeline_merge.h): parsed, every
+// A rank's timeline file as `hpctrain trace merge` reads it (observe/timeline_merge.h): parsed, every
 // event checked, and, when accepted, the merged file must parse back as JSON with all its events.
 #include <nlohmann/json.hpp>
 
@@ -9,7 +9,7 @@
 #include "fuzz_target.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/trace.h"
-#include "hpctrain/train/timeline_merge.h"
+#include "hpctrain/observe/timeline_merge.h"
 
 namespace hpctrain::fuzz {
 
@@ -33,8 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static const bool quiet = (fuzz::silence_logs(), true);
   (void)quiet;
   try {
-    train::TimelineMerger merger;
-    const train::TimelineFacts facts =
+    observe::TimelineMerger merger;
+    const observe::TimelineFacts facts =
         merger.add(std::string(reinterpret_cast<const char*>(data), size), "rank-0.json");
     const nlohmann::json merged = nlohmann::json::parse(merger.merged_text());
     std::int64_t spans = 0;

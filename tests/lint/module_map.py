@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Checks docs/architecture.md's module map against src/CMakeLists.txt: the same modules, each
 listing exactly the hpctrain modules its target links (PUBLIC or PRIVATE), each of them in a
-lower layer. Usage: module_map.py REPO_ROOT. Exit 0: they agree; 1: each difference on a line."""
+lower layer; and that a module's sources and headers include only its own headers and those of
+the modules it links, directly or through them (static libraries would link an upward include
+anyway, in the one executable). Usage: module_map.py REPO_ROOT. Exit 0: they agree; 1: each
+difference on a line."""
+import os
 import re
 import sys
 
@@ -50,6 +54,34 @@ def module_map(doc_text):
     return rows
 
 
+def reachable(links, name):
+    """The modules `name` links, directly or through the modules it links."""
+    seen, todo = set(), list(links.get(name, ()))
+    while todo:
+        dep = todo.pop()
+        if dep not in seen:
+            seen.add(dep)
+            todo.extend(links.get(dep, ()))
+    return seen
+
+
+def include_problems(root, links):
+    """Each include of another module's header that `name`'s link line does not reach."""
+    problems = []
+    for name in sorted(links):
+        allowed = reachable(links, name) | {name}
+        for folder in (f"{root}/src/{name}", f"{root}/include/hpctrain/{name}"):
+            for dirpath, _, files in os.walk(folder):
+                for file in sorted(files):
+                    path = os.path.join(dirpath, file)
+                    for number, line in enumerate(open(path, errors="replace"), 1):
+                        match = re.match(r'\s*#\s*include\s*"hpctrain/([a-z_]+)/', line)
+                        if match and match.group(1) not in allowed:
+                            problems.append(f"{os.path.relpath(path, root)}:{number}: includes a header of "
+                                            f"{match.group(1)}, which module {name} does not link")
+    return problems
+
+
 def main(root):
     links = linked_modules(open(f"{root}/src/CMakeLists.txt").read())
     rows = module_map(open(f"{root}/docs/architecture.md").read())
@@ -68,8 +100,13 @@ def main(root):
                 problems.append(f"module {name} (layer {layer}) links {dep} of layer {rows[dep][0]}: not below it")
     for problem in problems:
         print(f"docs/architecture.md: {problem}")
+    includes = include_problems(root, links)
+    for problem in includes:
+        print(problem)
+    problems += includes
     if not problems:
-        print(f"module map: {len(rows)} modules, their links as src/CMakeLists.txt has them")
+        print(f"module map: {len(rows)} modules, their links as src/CMakeLists.txt has them, every include "
+              "within them")
     return 1 if problems else 0
 
 

@@ -1,7 +1,7 @@
 // LoRA adapters (model/lora.h) on the gpt model: an adapted model starts as its base; only the
 // adapters (and what model.lora_train keeps) learn, under PEFT's names; merging folds them into
 // the weights with the adapted model's logits; a checkpoint of one holds the base's checksums, not
-// the base, and a changed base is refused (train/lora_base.h).
+// the base, and a changed base is refused (weights/lora_base.h).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -15,7 +15,8 @@
 #include "hpctrain/model/lora.h"
 #include "hpctrain/model/model.h"
 #include "hpctrain/train/checkpointer.h"
-#include "hpctrain/train/lora_base.h"
+#include "hpctrain/weights/lora_base.h"
+#include "hpctrain/weights/model_weights.h"
 #include "model/lora_adapter.h"
 
 namespace hpctrain::model {
@@ -144,7 +145,7 @@ TEST(LoraTest, MergedWeightsGiveTheAdaptedLogits) {
   adapted->module().eval();
   const at::Tensor expected = adapted->forward(tokens());
 
-  const NamedWeights merged = merge_adapters(train::all_weights(*adapted), lora_options(config).scale());
+  const NamedWeights merged = merge_adapters(weights::all_weights(*adapted), lora_options(config).scale());
   const std::shared_ptr<Model> plain = build(gpt_config(0), /*seed=*/1234);
   auto targets = by_name(*plain);
   {
@@ -168,10 +169,10 @@ TEST(LoraTest, MergedWeightsGiveTheAdaptedLogits) {
 
 TEST(LoraTest, ACheckpointHoldsTheAdaptersAndTheBasesChecksums) {
   const std::shared_ptr<Model> model = build(gpt_config(2));
-  const ckpt::NamedTensors state = train::model_state(*model);
+  const ckpt::NamedTensors state = weights::model_state(*model);
   for (const auto& [name, tensor] : state) EXPECT_TRUE(is_adapter_parameter(name)) << name;
   EXPECT_EQ(state.size(), 4u);
-  const ckpt::NamedTensors checksums = train::base_checksums(*model);
+  const ckpt::NamedTensors checksums = weights::base_checksums(*model);
   EXPECT_EQ(checksums.size(), model->module().parameters().size() - 4);
 
   const std::string dir = (std::filesystem::temp_directory_path() / "hpctrain-lora-test").string();
@@ -181,12 +182,12 @@ TEST(LoraTest, ACheckpointHoldsTheAdaptersAndTheBasesChecksums) {
   checkpoint.groups["base"] = checksums;
   const std::string path = ckpt::write_checkpoint(dir, checkpoint);
   const ckpt::CheckpointReader reader(path);
-  EXPECT_NO_THROW(train::check_base(reader, *model, "the seed"));
+  EXPECT_NO_THROW(weights::check_base(reader, *model, "the seed"));
 
   // Another seed's base is refused, naming the first weight that differs.
   const std::shared_ptr<Model> other = build(gpt_config(2), /*seed=*/8);
   try {
-    train::check_base(reader, *other, "the seed 8");
+    weights::check_base(reader, *other, "the seed 8");
     ADD_FAILURE() << "a changed base was accepted";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("(the seed 8) is not the one the adapters of"), std::string::npos) << e.what();

@@ -8,7 +8,7 @@
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/model/batch_norm.h"
 #include "hpctrain/model/model.h"
-#include "hpctrain/train/optimizer.h"
+#include "hpctrain/optim/optimizer.h"
 #include "hpctrain/train/step_loss.h"
 #include "mpi_fixture.h"
 
@@ -48,9 +48,9 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
   o.beta1 = 0.9;
   o.beta2 = 0.999;
   o.eps = 1e-8;
-  train::NamedParameters named;
+  optim::NamedParameters named;
   for (const auto& p : net.module().named_parameters()) named.emplace_back(p.key(), p.value());
-  return train::make_optimizer(o, named);
+  return optim::make_optimizer(o, named);
 }
 
 at::Tensor flat_parameters(model::Model& net) {

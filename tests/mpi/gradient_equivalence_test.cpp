@@ -11,13 +11,13 @@
 
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/core/activity.h"
-#include "hpctrain/data/distributed_sampler.h"
-#include "hpctrain/train/nonfinite.h"
-#include "hpctrain/train/step_loss.h"
 #include "hpctrain/core/error.h"
+#include "hpctrain/data/distributed_sampler.h"
 #include "hpctrain/ddp/buffer_pool.h"
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/model/model.h"
+#include "hpctrain/optim/nonfinite.h"
+#include "hpctrain/train/step_loss.h"
 #include "mpi_fixture.h"
 
 namespace hpctrain {
@@ -303,9 +303,9 @@ TEST(NonfiniteAgreement, ANonFiniteGradientOnOneRankIsNonFiniteOnEveryRankAfterA
       sync.begin_backward(/*last_micro_batch=*/true);
       sync.average_gradients();
       const std::vector<at::Tensor> gradients{parameters[0].grad(), parameters[1].grad()};
-      EXPECT_FALSE(train::all_finite(gradients)) << "rank " << comm->rank() << " wire " << wire << " " << bad;
-      EXPECT_EQ(train::first_nonfinite(gradients), 1);
-      EXPECT_TRUE(train::all_finite({gradients[0]}));
+      EXPECT_FALSE(optim::all_finite(gradients)) << "rank " << comm->rank() << " wire " << wire << " " << bad;
+      EXPECT_EQ(optim::first_nonfinite(gradients), 1);
+      EXPECT_TRUE(optim::all_finite({gradients[0]}));
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "hpctrain/config/config.h"
+#include "hpctrain/sharding/strategy.h"
 
 namespace hpctrain::train {
 namespace {
@@ -25,21 +26,24 @@ config::Config adamw_config(std::int64_t zero_stage) {
 TEST(MemoryCheck, ModelStateFollowsTheZeroStage) {
   constexpr std::int64_t kElements = 1000;
   constexpr std::int64_t kBytes = 4 * kElements;
-  EXPECT_EQ(model_state_to_come(kElements, kBytes, adamw_config(0), 4), kBytes + 2 * kBytes);
-  EXPECT_EQ(model_state_to_come(kElements, kBytes, adamw_config(1), 4), kBytes + 2 * kBytes / 4);
-  EXPECT_EQ(model_state_to_come(kElements, kBytes, adamw_config(2), 4), kBytes / 4 + 2 * kBytes / 4);
-  EXPECT_EQ(model_state_to_come(kElements, kBytes, adamw_config(3), 3), (kBytes + 2) / 3 + 2 * 4 * 334);
+  const auto state_bytes = [](const config::Config& config, int world_size) {
+    return sharding::Strategy(config.dist).state_bytes(kElements, kBytes, config, world_size);
+  };
+  EXPECT_EQ(state_bytes(adamw_config(0), 4), kBytes + 2 * kBytes);
+  EXPECT_EQ(state_bytes(adamw_config(1), 4), kBytes + 2 * kBytes / 4);
+  EXPECT_EQ(state_bytes(adamw_config(2), 4), kBytes / 4 + 2 * kBytes / 4);
+  EXPECT_EQ(state_bytes(adamw_config(3), 3), (kBytes + 2) / 3 + 2 * 4 * 334);
   config::Config sgd = adamw_config(0);
   sgd.optim.name = config::OptimizerName::kSgd;
   sgd.optim.momentum = 0;
-  EXPECT_EQ(model_state_to_come(kElements, kBytes, sgd, 4), kBytes);
+  EXPECT_EQ(state_bytes(sgd, 4), kBytes);
   sgd.optim.momentum = 0.9;
-  EXPECT_EQ(model_state_to_come(kElements, kBytes, sgd, 4), 2 * kBytes);
+  EXPECT_EQ(state_bytes(sgd, 4), 2 * kBytes);
   config::Config averaged = adamw_config(0);  // a moving average of the weights is sharded as the moments are
   averaged.train.ema_decay = 0.999;
-  EXPECT_EQ(model_state_to_come(kElements, kBytes, averaged, 4), kBytes + 2 * kBytes + kBytes);
+  EXPECT_EQ(state_bytes(averaged, 4), kBytes + 2 * kBytes + kBytes);
   averaged.dist.zero_stage = 2;
-  EXPECT_EQ(model_state_to_come(kElements, kBytes, averaged, 4), kBytes / 4 + 2 * kBytes / 4 + kBytes / 4);
+  EXPECT_EQ(state_bytes(averaged, 4), kBytes / 4 + 2 * kBytes / 4 + kBytes / 4);
 }
 
 TEST(MemoryCheck, NeedCountsEveryMicroBatchReadAheadAndOneEvaluationBatch) {

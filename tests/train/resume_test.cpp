@@ -19,13 +19,14 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/system.h"
 #include "hpctrain/model/model.h"
-#include "hpctrain/train/lr_schedule.h"
-#include "hpctrain/train/nonfinite.h"
-#include "hpctrain/train/optimizer.h"
+#include "hpctrain/optim/lr_schedule.h"
+#include "hpctrain/optim/nonfinite.h"
+#include "hpctrain/optim/optimizer.h"
+#include "hpctrain/optim/train_state.h"
 #include "hpctrain/train/resume_policy.h"
 #include "hpctrain/train/resume_state.h"
-#include "hpctrain/train/train_state.h"
 #include "hpctrain/train/trainer.h"
+#include "hpctrain/weights/model_weights.h"
 
 namespace hpctrain::train {
 namespace {
@@ -37,16 +38,16 @@ TEST(LrSchedule, WarmupThenConstantOrCosine) {
   o.lr = 0.1;
   o.warmup_steps = 4;
   o.schedule = config::Schedule::kConstant;
-  EXPECT_DOUBLE_EQ(lr_at(o, o.lr, 0, 100), 0.025);
-  EXPECT_DOUBLE_EQ(lr_at(o, o.lr, 3, 100), 0.1);
-  EXPECT_DOUBLE_EQ(lr_at(o, o.lr, 50, 100), 0.1);
+  EXPECT_DOUBLE_EQ(optim::lr_at(o, o.lr, 0, 100), 0.025);
+  EXPECT_DOUBLE_EQ(optim::lr_at(o, o.lr, 3, 100), 0.1);
+  EXPECT_DOUBLE_EQ(optim::lr_at(o, o.lr, 50, 100), 0.1);
   o.schedule = config::Schedule::kCosine;
-  EXPECT_DOUBLE_EQ(lr_at(o, o.lr, 1, 104), 0.05);
-  EXPECT_DOUBLE_EQ(lr_at(o, o.lr, 4, 104), 0.1);                      // decay starts at the peak
-  EXPECT_NEAR(lr_at(o, o.lr, 54, 104), 0.05, 1e-12);                   // halfway
-  EXPECT_NEAR(lr_at(o, o.lr, 104, 104), 0.0, 1e-12);                   // the last step
-  EXPECT_NEAR(lr_at(o, o.lr, 200, 104), 0.0, 1e-12);                   // past it: stays at 0
-  EXPECT_NEAR(lr_at(o, o.lr, 29, 104), 0.05 * (1 + std::cos(M_PI * 0.25)), 1e-12);
+  EXPECT_DOUBLE_EQ(optim::lr_at(o, o.lr, 1, 104), 0.05);
+  EXPECT_DOUBLE_EQ(optim::lr_at(o, o.lr, 4, 104), 0.1);                      // decay starts at the peak
+  EXPECT_NEAR(optim::lr_at(o, o.lr, 54, 104), 0.05, 1e-12);                   // halfway
+  EXPECT_NEAR(optim::lr_at(o, o.lr, 104, 104), 0.0, 1e-12);                   // the last step
+  EXPECT_NEAR(optim::lr_at(o, o.lr, 200, 104), 0.0, 1e-12);                   // past it: stays at 0
+  EXPECT_NEAR(optim::lr_at(o, o.lr, 29, 104), 0.05 * (1 + std::cos(M_PI * 0.25)), 1e-12);
 }
 
 class ResumePolicy : public ::testing::Test {
@@ -149,9 +150,9 @@ TEST(TrainState, OptimizerStateRoundTripsForAdamWAndSgd) {
     torch::manual_seed(1);
     const at::Tensor w = torch::randn({3, 4}).set_requires_grad(true);
     const at::Tensor b = torch::randn({4}).set_requires_grad(true);
-    const NamedParameters named{{"b", b}, {"w", w}};
-    auto optimizer = make_optimizer(o, named);
-    const std::vector<std::string> names = names_in_optimizer_order(*optimizer, named);
+    const optim::NamedParameters named{{"b", b}, {"w", w}};
+    auto optimizer = optim::make_optimizer(o, named);
+    const std::vector<std::string> names = optim::names_in_optimizer_order(*optimizer, named);
     EXPECT_EQ(names, (o.decay_bias_and_norm ? std::vector<std::string>{"b", "w"} : std::vector<std::string>{"w", "b"}));
     const auto step = [&](torch::optim::Optimizer& opt, const at::Tensor& x, const at::Tensor& y) {
       opt.zero_grad();
@@ -160,9 +161,9 @@ TEST(TrainState, OptimizerStateRoundTripsForAdamWAndSgd) {
     };
     const at::Tensor x = torch::randn({5, 3});
     const at::Tensor y = torch::randn({5, 4});
-    EXPECT_TRUE(optimizer_state(*optimizer, names).empty()) << "no state before the first step";
+    EXPECT_TRUE(optim::optimizer_state(*optimizer, names).empty()) << "no state before the first step";
     for (int k = 0; k < 3; ++k) step(*optimizer, x, y);
-    ckpt::NamedTensors saved = optimizer_state(*optimizer, names);
+    ckpt::NamedTensors saved = optim::optimizer_state(*optimizer, names);
     for (auto& entry : saved) entry.second = entry.second.clone();  // the live state moves on
     EXPECT_EQ(saved.size(), o.name == config::OptimizerName::kAdamW ? 6u : 2u) << name;
 
@@ -175,8 +176,8 @@ TEST(TrainState, OptimizerStateRoundTripsForAdamWAndSgd) {
       w.copy_(w_copy);
       b.copy_(b_copy);
     }
-    auto restored = make_optimizer(o, named);
-    load_optimizer_state(*restored, names, saved);
+    auto restored = optim::make_optimizer(o, named);
+    optim::load_optimizer_state(*restored, names, saved);
     step(*restored, x, y);
     EXPECT_TRUE(torch::equal(w.detach(), w_expected)) << name;
   }
@@ -184,9 +185,9 @@ TEST(TrainState, OptimizerStateRoundTripsForAdamWAndSgd) {
   o.name = config::OptimizerName::kSgd;
   o.lr = 0.1;
   const at::Tensor p = torch::zeros({2}).set_requires_grad(true);
-  auto sgd = make_optimizer(o, {{"p", p}});
-  EXPECT_THROW(load_optimizer_state(*sgd, {"p"}, {{"q/momentum_buffer", torch::zeros({2})}}), CheckpointError);
-  EXPECT_THROW(load_optimizer_state(*sgd, {"p"}, {{"p/momentum_buffer", torch::zeros({3})}}), CheckpointError);
+  auto sgd = optim::make_optimizer(o, {{"p", p}});
+  EXPECT_THROW(optim::load_optimizer_state(*sgd, {"p"}, {{"q/momentum_buffer", torch::zeros({2})}}), CheckpointError);
+  EXPECT_THROW(optim::load_optimizer_state(*sgd, {"p"}, {{"p/momentum_buffer", torch::zeros({3})}}), CheckpointError);
 }
 
 // AdamW's state made before the first step, in two flat buffers, steps exactly as the state
@@ -206,14 +207,14 @@ TEST(TrainState, AdamWStateMadeAheadInTwoBuffersStepsAsItsOwn) {
   for (const bool ahead : {false, true}) {
     const at::Tensor w = w0.clone().set_requires_grad(true);
     const at::Tensor b = b0.clone().set_requires_grad(true);
-    const NamedParameters named{{"w", w}, {"b", b}};
-    auto optimizer = make_optimizer(o, named);
+    const optim::NamedParameters named{{"w", w}, {"b", b}};
+    auto optimizer = optim::make_optimizer(o, named);
     if (ahead) {
-      allocate_optimizer_state(*optimizer, [&](std::int64_t numel, const at::TensorOptions& options) {
+      optim::allocate_optimizer_state(*optimizer, [&](std::int64_t numel, const at::TensorOptions& options) {
         buffer_numels.push_back(numel);
         return at::zeros({numel}, options);
       });
-      const ckpt::NamedTensors state = optimizer_state(*optimizer, names_in_optimizer_order(*optimizer, named));
+      const ckpt::NamedTensors state = optim::optimizer_state(*optimizer, optim::names_in_optimizer_order(*optimizer, named));
       ASSERT_EQ(state.size(), 6u);
       const at::Tensor& w_average = state[1].second;
       const at::Tensor& b_average = state[4].second;
@@ -233,12 +234,12 @@ TEST(TrainState, AdamWStateMadeAheadInTwoBuffersStepsAsItsOwn) {
   o.name = config::OptimizerName::kSgd;
   o.momentum = 0.9;
   const at::Tensor p = torch::zeros({2}).set_requires_grad(true);
-  auto sgd = make_optimizer(o, {{"p", p}});
-  allocate_optimizer_state(*sgd, [](std::int64_t, const at::TensorOptions&) -> at::Tensor {
+  auto sgd = optim::make_optimizer(o, {{"p", p}});
+  optim::allocate_optimizer_state(*sgd, [](std::int64_t, const at::TensorOptions&) -> at::Tensor {
     ADD_FAILURE() << "SGD's state is not made ahead";
     return {};
   });
-  EXPECT_TRUE(optimizer_state(*sgd, {"p"}).empty());
+  EXPECT_TRUE(optim::optimizer_state(*sgd, {"p"}).empty());
 }
 
 // A checkpoint's AdamW state loaded where the state was made ahead fills its buffers in place:
@@ -250,23 +251,23 @@ TEST(TrainState, LoadedAdamWStateFillsTheBuffersMadeAhead) {
   torch::manual_seed(3);
   const at::Tensor w = torch::randn({3, 4}).set_requires_grad(true);
   const at::Tensor b = torch::randn({4}).set_requires_grad(true);
-  const NamedParameters named{{"w", w}, {"b", b}};
-  auto trained = make_optimizer(o, named);
+  const optim::NamedParameters named{{"w", w}, {"b", b}};
+  auto trained = optim::make_optimizer(o, named);
   for (int k = 0; k < 2; ++k) {
     trained->zero_grad();
     (torch::randn({5, 3}).matmul(w) + b).square().sum().backward();
     trained->step();
   }
-  const std::vector<std::string> names = names_in_optimizer_order(*trained, named);
-  const ckpt::NamedTensors stored = optimizer_state(*trained, names);
-  auto resumed = make_optimizer(o, named);
+  const std::vector<std::string> names = optim::names_in_optimizer_order(*trained, named);
+  const ckpt::NamedTensors stored = optim::optimizer_state(*trained, names);
+  auto resumed = optim::make_optimizer(o, named);
   std::vector<at::Tensor> buffers;
-  allocate_optimizer_state(*resumed, [&](std::int64_t numel, const at::TensorOptions& options) {
+  optim::allocate_optimizer_state(*resumed, [&](std::int64_t numel, const at::TensorOptions& options) {
     buffers.push_back(at::zeros({numel}, options));
     return buffers.back();
   });
-  load_optimizer_state(*resumed, names, stored);
-  const ckpt::NamedTensors loaded = optimizer_state(*resumed, names);
+  optim::load_optimizer_state(*resumed, names, stored);
+  const ckpt::NamedTensors loaded = optim::optimizer_state(*resumed, names);
   ASSERT_EQ(loaded.size(), stored.size());
   for (size_t i = 0; i < loaded.size(); ++i) {
     EXPECT_EQ(loaded[i].first, stored[i].first);
@@ -290,10 +291,10 @@ TEST_F(ResumePolicy, ResumeStateComesBackAndDamagedScalarsAreRefused) {
   o.name = config::OptimizerName::kSgd;
   o.lr = 0.1;
   o.momentum = 0.9;
-  NamedParameters named;
+  optim::NamedParameters named;
   for (auto& p : net->module().named_parameters()) named.emplace_back(p.key(), p.value());
-  auto optimizer = make_optimizer(o, named);
-  const std::vector<std::string> names = names_in_optimizer_order(*optimizer, named);
+  auto optimizer = optim::make_optimizer(o, named);
+  const std::vector<std::string> names = optim::names_in_optimizer_order(*optimizer, named);
   optimizer->zero_grad();
   net->forward(torch::rand({2, 1, 4, 4})).sum().backward();
   optimizer->step();
@@ -302,16 +303,16 @@ TEST_F(ResumePolicy, ResumeStateComesBackAndDamagedScalarsAreRefused) {
     c.meta.step = step;
     c.meta.epoch = 1;
     c.meta.cursor = 6;
-    c.groups["model"] = model_state(*net);
-    c.groups["optim"] = optimizer_state(*optimizer, names);
+    c.groups["model"] = weights::model_state(*net);
+    c.groups["optim"] = optim::optimizer_state(*optimizer, names);
     c.groups["sched"] = {{"skipped_steps", torch::full({}, 4, torch::kLong)}};
     c.groups["metrics"] = {{"best_test_acc", torch::full({}, best_accuracy, torch::kDouble)}};
-    for (const auto& [name, state] : rng_state(c10::Device(c10::kCPU))) c.groups["rng"].emplace_back("rank-0/" + name, state);
+    for (const auto& [name, state] : optim::rng_state(c10::Device(c10::kCPU))) c.groups["rng"].emplace_back("rank-0/" + name, state);
     return ckpt::write_checkpoint(dir_, c);
   };
-  SkippedSteps skipped(NonfinitePolicy{});
+  optim::SkippedSteps skipped(optim::NonfinitePolicy{});
   const auto load_optimizer = [&](const ckpt::CheckpointReader& r) {
-    load_optimizer_state(*optimizer, names, r.read_group("optim"));
+    optim::load_optimizer_state(*optimizer, names, r.read_group("optim"));
   };
   const ResumeTargets targets{*net, load_optimizer, skipped};
   const ResumedState resumed = read_resume_state(ckpt::CheckpointReader(write_with(7, 0.5)), targets);
@@ -323,7 +324,7 @@ TEST_F(ResumePolicy, ResumeStateComesBackAndDamagedScalarsAreRefused) {
   EXPECT_TRUE(resumed.generators_restored);
   EXPECT_FALSE(resumed.loss_scale_restored);
   EXPECT_EQ(skipped.total(), 4);
-  EXPECT_EQ(optimizer_state(*optimizer, names).size(), names.size());  // a momentum buffer each
+  EXPECT_EQ(optim::optimizer_state(*optimizer, names).size(), names.size());  // a momentum buffer each
 
   for (const auto& [step, accuracy, expected] :
        {std::tuple<std::int64_t, double, std::string>{-1, 0.5, "negative step, epoch or cursor"},
@@ -343,11 +344,11 @@ TEST(TrainState, GeneratorStateRoundTrips) {
   const c10::Device cpu(c10::kCPU);
   torch::manual_seed(5);
   torch::rand({10});
-  const ckpt::NamedTensors state = rng_state(cpu);
+  const ckpt::NamedTensors state = optim::rng_state(cpu);
   ASSERT_EQ(state.size(), 1u);
   const at::Tensor expected = torch::rand({10});
   torch::manual_seed(99);
-  restore_rng_state(cpu, state);
+  optim::restore_rng_state(cpu, state);
   EXPECT_TRUE(torch::equal(torch::rand({10}), expected));
 }
 

@@ -17,7 +17,7 @@
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/train/cuda_graph.h"
-#include "train/graphed_gradients.h"
+#include "hpctrain/train/option_checks.h"
 
 namespace hpctrain::train {
 namespace {
@@ -128,7 +128,7 @@ TEST(Step, ANonFiniteLossOnOneRankIsSkippedOnEveryRankAndNamed) {
     Step step(models[static_cast<size_t>(comm.rank())], config, comm, torch::kCPU);
     const StepResult result = step.run(data.of_rank(comm.rank(), 2), {0.01, true});
     EXPECT_FALSE(result.finite);
-    EXPECT_EQ(result.action, NonfiniteAction::kSkip);
+    EXPECT_EQ(result.action, optim::NonfiniteAction::kSkip);
     EXPECT_FALSE(result.grad_norm.has_value());
     EXPECT_EQ(step.count(), 1) << "a skipped step still counts";
     const std::string what = step.describe_nonfinite(result.loss_sum);  // collective
@@ -147,7 +147,7 @@ TEST(Step, WithNonfiniteAbortNothingIsAppliedOrCounted) {
   run_ranks(two, [&](FakeCommunicator& comm) {
     Step step(models[static_cast<size_t>(comm.rank())], config, comm, torch::kCPU);
     const StepResult result = step.run(data.of_rank(comm.rank(), 2), {0.01, false});
-    EXPECT_EQ(result.action, NonfiniteAction::kAbort);
+    EXPECT_EQ(result.action, optim::NonfiniteAction::kAbort);
     EXPECT_EQ(step.count(), 0);
     EXPECT_EQ(step.skipped().total(), 0) << "the checkpoint keeps the last good state's counts";
   });
@@ -161,7 +161,7 @@ namespace {
 
 TEST(Step, CudaGraphsAreRefusedWhereTheyCannotRunWithTheReason) {
   const auto reason = [](const std::map<std::string, std::string>& extra, int world, c10::Device device) {
-    return GraphedGradients::refusal(step_config(extra), world, device);
+    return cuda_graphs_refusal(step_config(extra), {device.is_cuda(), world, /*training=*/true});
   };
   if (!CapturedWork::available()) {
     EXPECT_NE(reason({}, 1, torch::kCUDA).find("built without CUDA graphs"), std::string::npos);

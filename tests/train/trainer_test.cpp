@@ -48,7 +48,7 @@ TEST(Trainer, RunsOnAFakeRankToTheEndAndLeavesRecordsAndCheckpoints) {
            {"model.mlp_hidden", "8"}, {"train.batch_size", "4"}, {"train.epochs", "2"}, {"train.threads", "1"},
            {"log.every_steps", "2"}, {"ckpt.every_steps", "3"}, {"ckpt.keep_last", "0"}, {"ckpt.signals", ""}});
   TrainingSetup setup = prepare_training(config, /*need_train_split=*/true);
-  const RunDirectory run_dir(config.run.dir);
+  const runtime::RunDirectory run_dir(config.run.dir);
   run_dir.create();
   FakeWorld world(1);
   FakeCommunicator comm(world, 0);

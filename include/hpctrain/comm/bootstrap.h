@@ -71,6 +71,8 @@ class Bootstrap final : public ControlPlane {
   // This process's rank as the launcher (mpirun, srun) announces it in the environment, for use
   // before MPI starts (e.g. to print a config error once); 0 when not launched as a rank.
   static int launcher_rank();
+  // How many ranks the launcher started, from its environment; 0 when not launched as a rank.
+  static int launcher_world_size();
 
   struct Impl;  // holds the MPI communicators; visible to src/comm only
   Impl& impl() const { return *impl_; }

@@ -150,7 +150,7 @@ struct OptimConfig {
   double eps = 0.0;
   bool nesterov = false;           // sgd
   bool decay_bias_and_norm = true;  // weight decay on one-dimensional parameters too
-  bool fused = true;               // adamw: multi-tensor kernels (train/multi_tensor_adamw.h)
+  bool fused = true;               // adamw: multi-tensor kernels (optim/multi_tensor_adamw.h)
   double clip_grad_norm = 0.0;     // 0: no clipping
   LrScaling lr_scaling = LrScaling::kNone;  // relative to base_batch
   std::int64_t base_batch = 0;     // the global batch optim.lr was tuned for

@@ -54,7 +54,7 @@ struct GradSyncOptions {
   Reduction reduction = Reduction::kAllreduce;
   // The buckets, in the order they are reduced, every parameter in exactly one; empty: planned
   // from bucket_bytes (bucket_plan.h). ZeRO stage 3 gives one bucket per unit of blocks of the
-  // model (src/train/block_gatherer.h).
+  // model (src/sharding/block_gatherer.h).
   std::vector<Bucket> buckets;
   // Called with a bucket's index when all its parameters got their gradient in a backward (any
   // of a step's backwards), on autograd's thread: stage 3 frees the block's gathered parameters.

@@ -21,7 +21,7 @@ c10::DataPtr allocate_mapped(std::size_t bytes, c10::Device device, c10::Allocat
 
 // A 1-D tensor of `numel` elements of `options`' dtype on `memory`, which holds at least as many
 // bytes. `allocator` (may be null) is what the storage's memory is made with again after it has
-// been freed (Note [Parameters without memory] in src/train/block_gatherer.cpp).
+// been freed (Note [Parameters without memory] in src/sharding/block_gatherer.cpp).
 at::Tensor tensor_over(c10::DataPtr memory, std::int64_t numel, const at::TensorOptions& options,
                        c10::Allocator* allocator = nullptr);
 

@@ -39,7 +39,7 @@ struct TiedParameter {
 };
 
 // What a built-in model's forward tells whoever shards its parameters by block (dist.zero_stage=3,
-// src/train/block_gatherer.h): a block's parameters need to be whole only from just before its
+// src/sharding/block_gatherer.h): a block's parameters need to be whole only from just before its
 // forward to just after it, and again for its backward; the parameters outside every block, for
 // the whole forward and backward.
 class BlockHooks {

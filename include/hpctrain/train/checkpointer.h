@@ -19,20 +19,11 @@
 #include "hpctrain/core/background_job.h"
 #include "hpctrain/core/timer.h"
 #include "hpctrain/model/model.h"
+#include "hpctrain/runtime/run_directory.h"
 #include "hpctrain/train/evaluator.h"
-#include "hpctrain/train/run_directory.h"
 #include "hpctrain/train/step.h"
 
 namespace hpctrain::train {
-
-// The model's parameters and buffers by name: what a checkpoint stores. Of a model with LoRA
-// adapters, the frozen base is left out (train/lora_base.h).
-ckpt::NamedTensors model_state(model::Model& model);
-// Every parameter and buffer by name, a LoRA model's base too.
-ckpt::NamedTensors all_weights(model::Model& model);
-// The buffers alone (BatchNorm's statistics): what rank 0 stores of a model whose parameters are
-// sharded (dist.zero_stage=3), the ranks adding their slices of the parameters.
-ckpt::NamedTensors model_buffers(model::Model& model);
 
 // Where a run is: optimizer steps taken, and the epoch and sampler cursor its next step starts at.
 struct RunPosition {
@@ -54,7 +45,7 @@ class Checkpointer {
  public:
   // Collective. ckpt.async with dist.zero_stage > 0 on an MPI without MPI_THREAD_MULTIPLE is a
   // ConfigError (the ranks' background writers talk on a control plane of their own).
-  Checkpointer(const config::Config& config, comm::ControlPlane& control, RunDirectory run_dir, c10::Device device);
+  Checkpointer(const config::Config& config, comm::ControlPlane& control, runtime::RunDirectory run_dir, c10::Device device);
 
   // Collective: a checkpoint of `step` at `at`, with the best evaluation so far; `best`: also
   // named by checkpoints/best (ckpt.keep_best), which pruning spares. With ckpt.async a rank
@@ -89,7 +80,7 @@ class Checkpointer {
 
   config::Config config_;
   comm::ControlPlane& control_;
-  RunDirectory run_dir_;
+  runtime::RunDirectory run_dir_;
   c10::Device device_;
   std::string last_;                       // the last checkpoint's path
   std::optional<RunPosition> written_;     // and the position it holds

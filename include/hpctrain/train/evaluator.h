@@ -14,7 +14,7 @@
 
 #include "hpctrain/config/config.h"
 #include "hpctrain/data/source.h"
-#include "hpctrain/train/metrics_writer.h"
+#include "hpctrain/observe/metrics_writer.h"
 #include "hpctrain/train/objective.h"
 
 namespace hpctrain::comm {
@@ -53,7 +53,7 @@ class Evaluation {
  public:
   // `source` null: no eval split, nothing to do.
   Evaluation(std::shared_ptr<const data::Source> source, const config::Config& config, comm::Communicator& comm,
-             c10::Device device, MetricsWriter& metrics);
+             c10::Device device, observe::MetricsWriter& metrics);
 
   bool enabled() const { return source_ != nullptr; }
   // Collective: evaluates `model` after step `step` of epoch `epoch` (from 0).
@@ -69,7 +69,7 @@ class Evaluation {
   std::unique_ptr<Objective> objective_;
   comm::Communicator& comm_;
   c10::Device device_;
-  MetricsWriter& metrics_;
+  observe::MetricsWriter& metrics_;
   BestEvaluation best_;
   bool improved_ = false;
 };

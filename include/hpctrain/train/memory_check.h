@@ -35,12 +35,6 @@ struct MemoryNeed {
   std::int64_t total() const { return model_state + batches + activations + evaluation + cache; }
 };
 
-// Gradients and optimizer state still to come for `elements` trainable float32 parameters of
-// `bytes` in all, as dist.zero_stage shares them among `world_size` ranks, and the moving average
-// of train.ema_decay.
-std::int64_t model_state_to_come(std::int64_t elements, std::int64_t bytes, const config::Config& config,
-                                 int world_size);
-
 // The need of one rank, from the measured item sizes: `read_ahead` micro-batches read ahead of the
 // one in use, `accumulation` micro-batches a step; `eval_items`: an evaluation batch (0 without
 // evaluation).

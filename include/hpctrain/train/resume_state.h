@@ -3,7 +3,7 @@
 // evaluation and this rank's random generators. Every malformed entry is a CheckpointError naming
 // the file and the entry, never an error of the tensor library (tests/fuzz/checkpoint_fuzz.cpp
 // feeds it corrupted files).
-// Depends on ckpt, model and the train module's state holders.
+// Depends on ckpt, model, optim's and sharding's state holders.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -16,9 +16,9 @@
 
 #include "hpctrain/ckpt/checkpoint.h"
 #include "hpctrain/model/model.h"
-#include "hpctrain/train/loss_scaler.h"
-#include "hpctrain/train/nonfinite.h"
-#include "hpctrain/train/weight_average.h"
+#include "hpctrain/optim/loss_scaler.h"
+#include "hpctrain/optim/nonfinite.h"
+#include "hpctrain/sharding/weight_average.h"
 
 namespace hpctrain::train {
 
@@ -27,9 +27,9 @@ struct ResumeTargets {
   model::Model& model;
   // Reads the optimizer's state from the checkpoint (GradientUpdate::load_optimizer_state).
   std::function<void(const ckpt::CheckpointReader&)> load_optimizer_state;
-  SkippedSteps& skipped;
-  LossScaler* loss_scaler = nullptr;  // null without loss scaling
-  WeightAverage* average = nullptr;    // null without train.ema_decay
+  optim::SkippedSteps& skipped;
+  optim::LossScaler* loss_scaler = nullptr;  // null without loss scaling
+  sharding::WeightAverage* average = nullptr;    // null without train.ema_decay
   c10::Device device = c10::Device(c10::kCPU);
   int rank = 0;
   int world_size = 1;

@@ -6,7 +6,7 @@
 // finiteness agreement (a loss scaler's unscale), clipping, the learning rate and the optimizer
 // update, the moving average of the weights, and a replica check when due. How gradients become
 // the update is a GradientUpdate (gradient_update.h), so a sharded optimizer changes that and not
-// this. Depends on comm, data (Batch), model and the train module's parts.
+// this. Depends on comm, data (Batch), model, optim, sharding and this module's objective.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,11 +22,12 @@
 #include "hpctrain/config/config.h"
 #include "hpctrain/data/split.h"
 #include "hpctrain/model/model.h"
-#include "hpctrain/train/gradient_update.h"
-#include "hpctrain/train/loss_scaler.h"
-#include "hpctrain/train/nonfinite.h"
+#include "hpctrain/optim/loss_scaler.h"
+#include "hpctrain/optim/nonfinite.h"
+#include "hpctrain/sharding/gradient_update.h"
+#include "hpctrain/sharding/strategy.h"
+#include "hpctrain/sharding/weight_average.h"
 #include "hpctrain/train/objective.h"
-#include "hpctrain/train/weight_average.h"
 
 namespace hpctrain::comm {
 class Communicator;
@@ -47,7 +48,7 @@ struct StepResult {
   at::Tensor loss_sum;           // this rank's weighted loss sum, float64 on the device (inf or NaN possible)
   double samples = 0.0;          // this rank's real samples
   bool finite = true;            // the averaged gradients held no inf or NaN
-  NonfiniteAction action = NonfiniteAction::kApply;  // kAbort: nothing was applied or counted
+  optim::NonfiniteAction action = optim::NonfiniteAction::kApply;  // kAbort: nothing was applied or counted
   std::optional<double> grad_norm;  // before clipping, when computed (finite steps only)
   double comm_s = 0.0;              // waiting for the gradient reduction after backward
 };
@@ -76,16 +77,18 @@ class Step {
   std::string describe_nonfinite(const at::Tensor& rank_loss);
 
   model::Model& model() { return *model_; }
-  GradientUpdate& update() { return *update_; }
-  // What this rank holds for training (dist.zero_stage decides how much).
-  HeldBytes held_bytes() const { return update_->held_bytes(); }
-  SkippedSteps& skipped() { return skipped_; }
+  sharding::GradientUpdate& update() { return *update_; }
+  // How the ranks share the training state (dist.zero_stage), which decides what this rank holds.
+  const sharding::Strategy& strategy() const { return strategy_; }
+  // What this rank holds for training.
+  observe::HeldBytes held_bytes() const { return update_->held_bytes(); }
+  optim::SkippedSteps& skipped() { return skipped_; }
   // The moving average of the weights (train.ema_decay); null without one.
-  WeightAverage* average() { return average_ ? &*average_ : nullptr; }
+  sharding::WeightAverage* average() { return average_ ? &*average_ : nullptr; }
   // Collective: runs `use` (an evaluation) with the weights a run is for: the moving average when
   // there is one, lent to the parameters for the call, else the trained weights.
   void with_evaluated_weights(const std::function<void()>& use);
-  LossScaler* loss_scaler() { return loss_scaler_ ? &*loss_scaler_ : nullptr; }
+  optim::LossScaler* loss_scaler() { return loss_scaler_ ? &*loss_scaler_ : nullptr; }
   // The FLOPs of training one sample (or window), counted in this process's first forward; none
   // when that forward ran no product or convolution, or before it.
   std::optional<double> training_flops() const { return training_flops_; }
@@ -105,16 +108,17 @@ class Step {
 
   std::shared_ptr<model::Model> model_;
   const config::Config config_;
+  const sharding::Strategy strategy_;
   comm::Communicator& comm_;
   c10::Device device_;
   std::vector<at::Tensor> buffers_;
   std::vector<at::Tensor> buffers_before_step_;  // restored when a step is skipped
   std::unique_ptr<Objective> objective_;
-  std::unique_ptr<GradientUpdate> update_;
-  std::optional<LossScaler> loss_scaler_;
-  std::optional<WeightAverage> average_;
+  std::unique_ptr<sharding::GradientUpdate> update_;
+  std::optional<optim::LossScaler> loss_scaler_;
+  std::optional<sharding::WeightAverage> average_;
   std::unique_ptr<GraphedGradients> graphs_;  // train.cuda_graphs
-  SkippedSteps skipped_;
+  optim::SkippedSteps skipped_;
   std::int64_t count_ = 0;
   bool flops_counted_ = false;
   std::optional<double> training_flops_;

@@ -17,12 +17,12 @@
 #include "hpctrain/config/config.h"
 #include "hpctrain/data/epoch_reader.h"
 #include "hpctrain/data/source.h"
+#include "hpctrain/observe/metrics_writer.h"
+#include "hpctrain/observe/op_profile.h"
+#include "hpctrain/observe/progress_report.h"
+#include "hpctrain/runtime/run_directory.h"
 #include "hpctrain/train/checkpointer.h"
 #include "hpctrain/train/evaluator.h"
-#include "hpctrain/train/metrics_writer.h"
-#include "hpctrain/train/op_profile.h"
-#include "hpctrain/train/progress_report.h"
-#include "hpctrain/train/run_directory.h"
 #include "hpctrain/train/run_policy.h"
 #include "hpctrain/train/step.h"
 
@@ -42,7 +42,7 @@ struct TrainingSetup {
   std::shared_ptr<model::Model> model;
   int threads = 1;        // intra-op threads of this rank
   bool use_cuda = false;  // dist.device resolved; the GPU index follows once MPI knows the node
-  std::int64_t checkpoint_bytes = 0;  // about what one checkpoint takes (train/checkpoint_room.h)
+  std::int64_t checkpoint_bytes = 0;  // about what one checkpoint takes (runtime/checkpoint_room.h)
 
   bool language_model() const { return (train ? train : eval)->language_model(); }
 };
@@ -76,7 +76,7 @@ class Trainer {
   // Collective: builds the Step (rank 0's parameters everywhere) on `device`; `control` and
   // `comm` must outlive the Trainer.
   Trainer(TrainingSetup setup, comm::ControlPlane& control, comm::Communicator& comm, c10::Device device,
-          RunDirectory run_dir);
+          runtime::RunDirectory run_dir);
   ~Trainer();
 
   // Collective: resumes from a checkpoint (ckpt.resume), trains for train.epochs (or up to
@@ -101,13 +101,13 @@ class Trainer {
   TrainingSetup setup_;
   comm::ControlPlane& control_;
   c10::Device device_;
-  RunDirectory run_dir_;
-  MetricsWriter metrics_;
+  runtime::RunDirectory run_dir_;
+  observe::MetricsWriter metrics_;
   Step step_;
   RunPolicy policy_;
-  ProgressReport progress_;
+  observe::ProgressReport progress_;
   Evaluation evaluation_;
-  OpProfile profile_;  // log.profile_steps
+  observe::OpProfile profile_;  // log.profile_steps
   std::unique_ptr<data::Sampler> sampler_;
   std::int64_t accumulation_ = 1;      // micro-batches per optimizer step
   std::int64_t steps_per_epoch_ = 0;   // optimizer steps of a whole epoch at this world size
