@@ -18,11 +18,10 @@
 #include "hpctrain/core/timer.h"
 #include "hpctrain/core/trace.h"
 #include "hpctrain/core/version.h"
-#include "hpctrain/model/lora.h"
 #include "hpctrain/optim/train_state.h"
 #include "hpctrain/sharding/strategy.h"
 #include "hpctrain/weights/lora_base.h"
-#include "hpctrain/weights/model_weights.h"
+#include "checkpoint_parts.h"
 
 namespace hpctrain::train {
 namespace {
@@ -62,11 +61,20 @@ std::string commit_checkpoint(const std::string& dir, const ckpt::Checkpoint& ch
   return path;
 }
 
-// What a rank adds of its own: the optimizer state and the moving average, whole (rank 0's is
-// written) or, when sharded, this rank's slices (every rank's are written).
-void add_own_state(Step& step, ckpt::Checkpoint& checkpoint) {
-  step.update().add_state(checkpoint);
-  if (const sharding::WeightAverage* average = step.average()) average->add_to(checkpoint);
+// What the parts of a checkpoint of `step` at `at` are written from.
+SaveSources sources_of(Step& step, const RunPosition& at, const BestEvaluation& best,
+                       const ckpt::NamedTensors& generators, const ckpt::NamedTensors& base_checksums) {
+  return {step.model(), step.strategy().shards_parameters(), step.update(), step.average(), step.skipped(),
+          step.loss_scaler(), at.step, best, generators, base_checksums};
+}
+
+// Every part of a checkpoint, or (`own_only`) those each rank holds its own share of: the
+// optimizer state and the moving average, whole (rank 0's is written) or, when sharded, this
+// rank's slices (every rank's are written).
+void add_parts(const SaveSources& from, bool own_only, ckpt::Checkpoint& checkpoint) {
+  for (const CheckpointPart& part : checkpoint_parts()) {
+    if (part.per_rank || !own_only) part.save(from, checkpoint);
+  }
 }
 
 // What rank `rank`'s part of a sharded write failed with ("<exit code> <message>"), thrown again.
@@ -197,7 +205,7 @@ std::string Checkpointer::save_sharded(Step& step, const RunPosition& at, const 
   if (control_.world_rank() == 0) {
     part = assemble(step, at, best_so_far, std::move(generators));
   } else {
-    add_own_state(step, part);
+    add_parts(sources_of(step, at, best_so_far, /*generators=*/{}, base_checksums_), /*own_only=*/true, part);
   }
   if (!config_.ckpt.async) {
     return write_in_turns(control_, dir, part, at.step, best, keep_last, /*blocked_s=*/-1, /*timed=*/true);
@@ -240,19 +248,7 @@ ckpt::Checkpoint Checkpointer::assemble(Step& step, const RunPosition& at, const
   meta.model_name = config::name_of(config_.model.name);
   meta.config_text = config::to_ini(config_);
   meta.created = utc_now();
-  // At stage 3 each rank adds its slices of the parameters; the buffers are whole everywhere.
-  checkpoint.groups[ckpt::group::kModel] =
-      step.strategy().shards_parameters() ? weights::model_buffers(step.model()) : weights::model_state(step.model());
-  add_own_state(step, checkpoint);
-  checkpoint.groups[ckpt::group::kSched] = {{"step", torch::full({}, at.step, torch::kLong)}};
-  for (auto& entry : step.skipped().state()) checkpoint.groups[ckpt::group::kSched].push_back(std::move(entry));
-  checkpoint.groups[ckpt::group::kRng] = std::move(generators);
-  ckpt::NamedTensors bests;
-  if (best_so_far.test_acc) bests.emplace_back("best_test_acc", torch::full({}, *best_so_far.test_acc, torch::kDouble));
-  if (best_so_far.test_loss) bests.emplace_back("best_test_loss", torch::full({}, *best_so_far.test_loss, torch::kDouble));
-  if (!bests.empty()) checkpoint.groups[ckpt::group::kMetrics] = std::move(bests);
-  if (const optim::LossScaler* scaler = step.loss_scaler()) checkpoint.groups[ckpt::group::kLossScaler] = scaler->state();
-  if (!base_checksums_.empty()) checkpoint.groups[ckpt::group::kBase] = base_checksums_;
+  add_parts(sources_of(step, at, best_so_far, generators, base_checksums_), /*own_only=*/false, checkpoint);
   return checkpoint;
 }
 

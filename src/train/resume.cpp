@@ -23,16 +23,14 @@ std::optional<Resumed> Checkpointer::resume(Step& step, std::int64_t accumulatio
   const ckpt::CheckpointReader reader(chosen);
   const ckpt::CheckpointMeta& meta = reader.meta();
   check_config_unchanged(reader);
-  weights::check_base(reader, step.model(), weights::base_source(config_.model));
   sharding::GradientUpdate& update = step.update();
-  const auto load_optimizer = [&update](const ckpt::CheckpointReader& r) { update.load_optimizer_state(r); };
+  const auto read_optimizer_state = [&update](const ckpt::CheckpointReader& r) { update.load_optimizer_state(r); };
   ResumedState state;
+  const ResumeTargets targets{step.model(),   read_optimizer_state, step.skipped(),         step.loss_scaler(),
+                              step.average(), device_,              control_.world_rank(), control_.world_size(),
+                              weights::base_source(config_.model)};
   // At stage 3 the model is read whole (as at start-up, when it was built whole) and then sharded.
-  update.with_whole_parameters([&] {
-    state = read_resume_state(reader, ResumeTargets{step.model(), load_optimizer, step.skipped(), step.loss_scaler(),
-                                                    step.average(), device_, control_.world_rank(),
-                                                    control_.world_size()});
-  });
+  update.with_whole_parameters([&] { state = read_resume_state(reader, targets); });
   step.set_count(state.step);
   if (step.loss_scaler() && !state.loss_scale_restored) {
     log::warn("checkpoint {} holds no loss scale (written without loss scaling); starting from "

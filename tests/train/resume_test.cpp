@@ -8,8 +8,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -27,6 +29,7 @@
 #include "hpctrain/train/resume_state.h"
 #include "hpctrain/train/trainer.h"
 #include "hpctrain/weights/model_weights.h"
+#include "train/checkpoint_parts.h"
 
 namespace hpctrain::train {
 namespace {
@@ -350,6 +353,24 @@ TEST(TrainState, GeneratorStateRoundTrips) {
   torch::manual_seed(99);
   optim::restore_rng_state(cpu, state);
   EXPECT_TRUE(torch::equal(torch::rand({10}), expected));
+}
+
+// The checkpoint's parts are listed once: every group a checkpoint may hold is one entry, with
+// its save and its load, so the writer and the resume cannot disagree on what there is; the LoRA
+// base is checked before the model is read into it.
+TEST(CheckpointParts, EveryGroupIsOneEntryWithItsSaveAndItsLoad) {
+  std::set<std::string> listed;
+  for (const CheckpointPart& part : checkpoint_parts()) {
+    EXPECT_TRUE(listed.insert(part.group).second) << part.group << " is listed twice";
+    EXPECT_NE(part.save, nullptr) << part.group;
+    EXPECT_NE(part.load, nullptr) << part.group;
+  }
+  EXPECT_EQ(listed, std::set<std::string>(std::begin(ckpt::kGroups), std::end(ckpt::kGroups)));
+  EXPECT_EQ(std::string(checkpoint_parts().front().group), ckpt::group::kBase);
+  for (const CheckpointPart& part : checkpoint_parts()) {
+    const std::string group = part.group;
+    EXPECT_EQ(part.per_rank, group == ckpt::group::kOptim || group == ckpt::group::kEma) << group;
+  }
 }
 
 }  // namespace

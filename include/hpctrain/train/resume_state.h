@@ -33,6 +33,9 @@ struct ResumeTargets {
   c10::Device device = c10::Device(c10::kCPU);
   int rank = 0;
   int world_size = 1;
+  // Where a LoRA model's base came from, for the message when it is not the checkpoint's
+  // (weights::base_source); unused without adapters.
+  std::string base_source{};
 };
 
 struct ResumedState {
@@ -48,8 +51,9 @@ struct ResumedState {
   bool average_restored = false;     // the checkpoint held a moving average and targets.average took it
 };
 
-// Reads `reader`'s model, optimizer, schedule, loss-scaler, metrics and generator state into
-// `targets`. Throws CheckpointError.
+// Reads every part of `reader` (src/train/checkpoint_parts.h: a LoRA base checked, then the
+// model, moving average, optimizer, schedule, loss scaler, metrics and generators) into
+// `targets`. Throws CheckpointError, or ConfigError for a LoRA base that is not the checkpoint's.
 ResumedState read_resume_state(const ckpt::CheckpointReader& reader, const ResumeTargets& targets);
 
 }  // namespace hpctrain::train
