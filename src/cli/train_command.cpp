@@ -17,6 +17,7 @@
 #include "hpctrain/launch/commands.h"
 #include "hpctrain/runtime/run_lock.h"
 #include "hpctrain/train/memory_check.h"
+#include "hpctrain/train/option_checks.h"
 #include "hpctrain/train/trainer.h"
 
 namespace hpctrain::cli {
@@ -59,6 +60,7 @@ int run_train(const Args& args) {
   start.whole_allocation = true;
   const Ranks ranks = start_ranks(start);
   const comm::Bootstrap* bootstrap = ranks.bootstrap.get();
+  train::check_mpi_threads(config, bootstrap->thread_multiple());
   train::check_world_fits(setup, bootstrap->world_size());
   train::check_memory_fits(setup, *bootstrap);
   // From here a stop signal becomes a checkpoint and exit 75 at the next step boundary.

@@ -95,6 +95,8 @@ void Bootstrap::watch_ranks(double timeout_s) {
 
 bool Bootstrap::watching_ranks() const { return impl_->watch != nullptr; }
 
+bool Bootstrap::thread_multiple() const { return impl_->thread_level >= MPI_THREAD_MULTIPLE; }
+
 void Bootstrap::barrier() const { mpi_plane::barrier(impl_->world, true); }
 
 void Bootstrap::broadcast_bytes(std::vector<std::uint8_t>& bytes, int root) const {

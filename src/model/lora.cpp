@@ -92,20 +92,34 @@ bool has_adapters(Model& model) {
   return false;
 }
 
-void add_lora_adapters(Model& model, const config::ModelConfig& config) {
+void check_lora_options(const config::ModelConfig& config) {
   if (config.lora_rank == 0) return;
-  const KeptTrainable kept = kept_trainable(config.lora_train);
-  const bool bf16_base = config.lora_base_dtype == config::LoraBaseDtype::kBf16;
   const bool scripted = config.name == config::ModelName::kTorchscript;
-  if (bf16_base && scripted) {
-    throw ConfigError("model.lora_base_dtype=bf16: a TorchScript model's code would meet bfloat16 weights it was not "
-                      "written for; keep float32 (train.precision=bf16 still computes in bf16)");
-  }
-  const std::set<std::string> targets = scripted ? target_patterns(config) : lora_targets(config);
-  if (!model.add_adapters(lora_options(config), targets)) {
+  if (!scripted && config.name != config::ModelName::kGpt) {
     throw ConfigError(std::string("model.lora_rank=") + std::to_string(config.lora_rank) + ": model.name=" +
                       config::name_of(config.name) + " takes no adapters; LoRA adapts model.name=gpt or torchscript");
   }
+  if (scripted && config.lora_base_dtype == config::LoraBaseDtype::kBf16) {
+    throw ConfigError("model.lora_base_dtype=bf16: a TorchScript model's code would meet bfloat16 weights it was not "
+                      "written for; keep float32 (train.precision=bf16 still computes in bf16)");
+  }
+  kept_trainable(config.lora_train);
+  if (scripted) {
+    target_patterns(config);
+  } else {
+    lora_targets(config);
+  }
+}
+
+void add_lora_adapters(Model& model, const config::ModelConfig& config) {
+  if (config.lora_rank == 0) return;
+  check_lora_options(config);
+  const KeptTrainable kept = kept_trainable(config.lora_train);
+  const bool bf16_base = config.lora_base_dtype == config::LoraBaseDtype::kBf16;
+  const bool scripted = config.name == config::ModelName::kTorchscript;
+  const std::set<std::string> targets = scripted ? target_patterns(config) : lora_targets(config);
+  const bool added = model.add_adapters(lora_options(config), targets);
+  HT_CHECK(added, "check_lora_options lets through only models that take adapters");
   const torch::NoGradGuard no_grad;
   for (auto& p : model.module().named_parameters()) {
     at::Tensor& parameter = p.value();

@@ -43,11 +43,8 @@ class ShardedUpdate final : public GradientUpdate {
       : stage_(static_cast<int>(config.dist.zero_stage)), optim_(config.optim), comm_(comm), model_(model) {
     std::vector<std::int64_t> numels;
     for (const auto& [name, parameter] : trainable) {
-      if (!parameter.is_contiguous() || parameter.scalar_type() != at::kFloat) {
-        throw ConfigError("dist.zero_stage=" + std::to_string(stage_) + " shards contiguous float32 parameters; '" +
-                          name + "' is " + (parameter.is_contiguous() ? "" : "non-contiguous ") +
-                          c10::toString(parameter.scalar_type()) + ": use dist.zero_stage=0 for this model");
-      }
+      HT_CHECK(parameter.is_contiguous() && parameter.scalar_type() == at::kFloat,
+               name + ": Strategy::model_refusal refuses what cannot be sharded");
       names_.push_back(name);
       parameters_.push_back(parameter);
       numels.push_back(parameter.numel());
@@ -239,10 +236,7 @@ class ShardedUpdate final : public GradientUpdate {
   // reduced as one bucket, whose gathered parameters are freed as soon as their gradients are
   // all in.
   void shard_parameters(ddp::GradSyncOptions& options) {
-    if (model_.blocks().empty()) {
-      throw ConfigError("dist.zero_stage=3 gathers parameters block by block, and this model has no blocks (a "
-                        "TorchScript module's parameters cannot be split so): use dist.zero_stage=2");
-    }
+    HT_CHECK(!model_.blocks().empty(), "Strategy::model_refusal refuses a model without blocks at stage 3");
     const UnitPlan plan = plan_units(model_, parameters_, options.bucket_bytes);
     gatherer_ = std::make_unique<BlockGatherer>(comm_, parameters_, plan, pool_);
     options.buckets = plan.units;

@@ -1,7 +1,10 @@
 #include "hpctrain/sharding/strategy.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 
+#include "hpctrain/model/model.h"
 #include "hpctrain/sharding/gradient_update.h"
 
 namespace hpctrain::sharding {
@@ -15,6 +18,20 @@ std::string Strategy::refusal(const config::Config& config) const {
   if (shards_parameters() && config.model.name == config::ModelName::kTorchscript) {
     return option() + " with model.name=torchscript: stage 3 gathers the parameters block by block, and a "
                       "TorchScript module's forward cannot be split into blocks; use dist.zero_stage=2";
+  }
+  return "";
+}
+
+std::string Strategy::model_refusal(const optim::NamedParameters& trainable, model::Model& model) const {
+  if (!shards_state()) return "";
+  for (const auto& [name, parameter] : trainable) {
+    if (parameter.is_contiguous() && parameter.scalar_type() == at::kFloat) continue;
+    return option() + " shards contiguous float32 parameters; '" + name + "' is " +
+           (parameter.is_contiguous() ? "" : "non-contiguous ") + c10::toString(parameter.scalar_type()) +
+           ": use dist.zero_stage=0 for this model";
+  }
+  if (shards_parameters() && model.blocks().empty()) {
+    return option() + " gathers parameters block by block, and this model has no blocks: use dist.zero_stage=2";
   }
   return "";
 }

@@ -146,11 +146,7 @@ Checkpointer::Checkpointer(const config::Config& config, comm::ControlPlane& con
   const sharding::Strategy strategy(config_.dist);
   if (!config_.ckpt.async || !strategy.shards_state()) return;
   background_plane_ = control_.duplicate();
-  if (!background_plane_) {
-    throw ConfigError("ckpt.async=true with " + strategy.option() +
-                      ": every rank writes its part of a sharded checkpoint in the background, which needs "
-                      "MPI_THREAD_MULTIPLE, and this MPI does not provide it; set ckpt.async=false");
-  }
+  HT_CHECK(background_plane_ != nullptr, "check_mpi_threads refuses ckpt.async without MPI_THREAD_MULTIPLE");
 }
 
 std::string Checkpointer::save(Step& step, const RunPosition& at, const BestEvaluation& best_so_far, bool best) {

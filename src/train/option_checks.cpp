@@ -2,12 +2,16 @@
 
 #include "hpctrain/comm/communicator.h"
 #include "hpctrain/core/error.h"
+#include "hpctrain/model/lora.h"
+#include "hpctrain/model/model.h"
 #include "hpctrain/optim/loss_scaler.h"
 #include "hpctrain/optim/lr_schedule.h"
 #include "hpctrain/optim/optimizer.h"
+#include "hpctrain/runtime/global_batch.h"
 #include "hpctrain/sharding/strategy.h"
 #include "hpctrain/train/cuda_graph.h"
 #include "hpctrain/train/objective.h"
+#include "hpctrain/weights/model_weights.h"
 
 namespace hpctrain::train {
 namespace {
@@ -43,10 +47,26 @@ void check_options(const config::Config& config, const Placement& where) {
   optim::check_optimizer_options(config.optim);
   optim::check_schedule_options(config.optim);
   make_objective(config);  // throws for a model the objective cannot train
+  model::check_lora_options(config.model);
+  if (where.training) runtime::accumulation_steps(config.train, where.world_size);
   const std::string sharding_refusal = sharding::Strategy(config.dist).refusal(config);
   if (!sharding_refusal.empty()) throw ConfigError(sharding_refusal);
   check_data_options(config);
   if (where.training) check_cuda_graphs(config, where);
+}
+
+void check_model_options(const config::Config& config, model::Model& model) {
+  const std::string refusal =
+      sharding::Strategy(config.dist).model_refusal(weights::trainable_parameters(model.module()), model);
+  if (!refusal.empty()) throw ConfigError(refusal);
+}
+
+void check_mpi_threads(const config::Config& config, bool thread_multiple) {
+  const sharding::Strategy strategy(config.dist);
+  if (thread_multiple || !config.ckpt.async || !strategy.shards_state()) return;
+  throw ConfigError("ckpt.async=true with " + strategy.option() +
+                    ": every rank writes its part of a sharded checkpoint in the background, which needs "
+                    "MPI_THREAD_MULTIPLE, and this MPI does not provide it; set ckpt.async=false");
 }
 
 std::string cuda_graphs_refusal(const config::Config& config, const Placement& where) {

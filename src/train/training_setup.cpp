@@ -244,6 +244,7 @@ TrainingSetup prepare_training(const config::Config& given, bool need_train_spli
     check_vocabulary(config, *initial, manifest);
     weights::load_weights(*setup.model, initial->mapped, config.model.init_strict, config.model.init_from);
   }
+  check_model_options(config, *setup.model);
   setup.checkpoint_bytes = runtime::checkpoint_bytes_estimate(config, *setup.model);
   return setup;
 }

@@ -190,6 +190,15 @@ void write_future_format_version(const std::string& path) {
 
 // --- the damage a row does ------------------------------------------------------------------------
 
+// Writes a TorchScript module (tests/support/export_torchscript.py `flags`) to `relative`.
+Damage export_module(const std::string& relative, const std::string& flags) {
+  return [=](const Env& env) {
+    const ProcessResult exported = run_command("/usr/bin/python3 " + kSource + "/tests/support/export_torchscript.py " +
+                                               env.dir + "/" + relative + " " + flags);
+    require(exported.exit_code == 0, "export_torchscript.py " + flags + " failed: " + exported.err);
+  };
+}
+
 // Writes `text` to `relative` (under the row's directory).
 Damage write_file(const std::string& relative, const std::string& text) {
   return [=](const Env& env) { write_binary(env.dir + "/" + relative, text); };
@@ -382,6 +391,40 @@ std::vector<Case> config_cases() {
       {"CudaGraphsWhereTheyCannotRun", Copy::kNothing, nullptr,
        1, "{train} --train.cuda_graphs=true", 2,
        {"train.cuda_graphs=true: ", "; set train.cuda_graphs=false"}, RunDir::kNotCreated},
+      {"NcclBackendOnTheCpu", Copy::kNothing, nullptr,
+       1, "{train} --dist.backend=nccl --dist.device=cpu", 2,
+       {"dist.backend=nccl", "use dist.backend=mpi or auto"}, RunDir::kNotCreated},
+      {"DiffusionObjectiveForAClassifier", Copy::kNothing, nullptr,
+       1, "{train} --train.objective=diffusion", 2,
+       {"train.objective=diffusion trains a denoiser, and model.name=fashion_cnn is not one"}, RunDir::kNotCreated},
+      {"UnetWithoutTheDiffusionObjective", Copy::kNothing, nullptr,
+       1, "{train} --model.name=unet", 2,
+       {"model.name=unet predicts noise and trains with train.objective=diffusion"}, RunDir::kNotCreated},
+      {"LabelSmoothingForADenoiser", Copy::kNothing, nullptr,
+       1, "{train} --model.name=unet --train.objective=diffusion --train.label_smoothing=0.1", 2,
+       {"train.label_smoothing smooths a classifier's labels"}, RunDir::kNotCreated},
+      {"GlobalBatchAndAccumulationStepsBoth", Copy::kNothing, nullptr,
+       1, "{train} --train.global_batch=128 --train.accum_steps=2", 2,
+       {"train.global_batch=128 and train.accum_steps=2 both set the accumulation"}, RunDir::kNotCreated},
+      {"LoraForAModelThatTakesNone", Copy::kNothing, nullptr,
+       1, "{train} --model.lora_rank=4", 2,
+       {"model.lora_rank=4: model.name=fashion_cnn takes no adapters"}, RunDir::kNotCreated},
+      {"LoraTrainingAnUnknownKindOfParameter", Copy::kNothing, nullptr,
+       1, "{bin} train --config {configs}/text_gpt.ini --data.path={tokens} --run.dir={run} --model.lora_rank=4"
+       " --model.lora_train=weights", 2,
+       {"model.lora_train: 'weights' is not bias or norm"}, RunDir::kNotCreated},
+      {"Bf16LoraBaseForATorchscriptModel", Copy::kNothing, nullptr,
+       1, "{train} --model.name=torchscript --model.path={case}/model.pt --model.lora_rank=4"
+       " --model.lora_targets=head --model.lora_base_dtype=bf16", 2,
+       {"model.lora_base_dtype=bf16: a TorchScript model's code"}, RunDir::kNotCreated},
+      {"GptShapeFromWeightsWithoutInitFrom", Copy::kNothing, nullptr,
+       1, "{bin} train --config {configs}/text_gpt.ini --data.path={tokens} --run.dir={run} --model.gpt_layers=0", 2,
+       {"take 0 only with model.init_from"}, RunDir::kNotCreated},
+      {"ZeroStageOneWithANonContiguousParameter", Copy::kNothing, export_module("model.pt", "--transposed-head"),
+       1, "{train} --model.name=torchscript --model.path={case}/model.pt --dist.zero_stage=1", 2,
+       {"dist.zero_stage=1 shards contiguous float32 parameters; 'head.weight' is non-contiguous Float: use "
+        "dist.zero_stage=0"},
+       RunDir::kNotCreated},
   };
 }
 

@@ -2,11 +2,12 @@
 """The example exporter of model.name=torchscript, used by the tests: writes a small CNN for
 1x28x28 images (two conv-BatchNorm-ReLU-pool stages, dropout, a linear head) as TorchScript.
 
-  export_torchscript.py OUT.pt [--classes N] [--channels C] [--freeze PREFIX] [--tied] [--seed S]
+  export_torchscript.py OUT.pt [--classes N] [--channels C] [--freeze PREFIX] [--tied] [--transposed-head] [--seed S]
       torch.jit.save(torch.jit.script(model)), its weights drawn after torch.manual_seed(S)
       (default 0); --freeze sets requires_grad=False on the
       parameters whose names start with PREFIX; --tied writes a module with one weight shared
-      by two layers (tied weights) instead
+      by two layers (tied weights) instead; --transposed-head stores the head's weight as the
+      transpose of a [in, classes] tensor (non-contiguous), which dist.zero_stage > 0 cannot shard
   export_torchscript.py OUT.pt --language-model VOCAB --block T
       a small causal language model instead (token and position embeddings, one block of
       causal self-attention, an output layer tied to the token embedding, as GPT-2's): token ids
@@ -103,6 +104,7 @@ def main() -> None:
     parser.add_argument("--channels", type=int, default=1)
     parser.add_argument("--freeze", default="")
     parser.add_argument("--tied", action="store_true")
+    parser.add_argument("--transposed-head", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--language-model", type=int, default=0, metavar="VOCAB")
     parser.add_argument("--block", type=int, default=32)
@@ -119,6 +121,8 @@ def main() -> None:
         model = TinyLm(args.language_model, args.block)
     else:
         model = Tied() if args.tied else SmallCnn(args.classes, args.channels)
+    if args.transposed_head:
+        model.head.weight = nn.Parameter(model.head.weight.detach().t().contiguous().t())
     for name, parameter in model.named_parameters():
         if args.freeze and name.startswith(args.freeze):
             parameter.requires_grad_(False)

@@ -56,6 +56,8 @@ class Bootstrap final : public ControlPlane {
   void watch_ranks(double timeout_s);
   // True once watch_ranks() has started a watch.
   bool watching_ranks() const;
+  // Whether MPI started with MPI_THREAD_MULTIPLE (duplicate() and the rank watch need it).
+  bool thread_multiple() const;
 
   // Ends every process of the job with `exit_code` (MPI_Abort while MPI runs); never returns.
   [[noreturn]] static void abort_job(int exit_code);

@@ -40,9 +40,15 @@ bool is_adapter_parameter(const std::string& name);
 // Whether `model` has adapters (parameters so named).
 bool has_adapters(Model& model);
 
+// Throws ConfigError when the model.lora_* options do not fit one another or model.name (a model
+// that takes no adapters, an unknown target or model.lora_train item, a bf16 base for TorchScript
+// code); train::check_options runs it before anything is loaded.
+void check_lora_options(const config::ModelConfig& config);
+
 // Adds the adapters model.lora_* ask for to `model` and freezes every other parameter except
 // those model.lora_train keeps trainable (bias: every bias; norm: every other 1-d weight, i.e.
-// the norms' scales). Throws ConfigError when the options do not fit the model.
+// the norms' scales). Throws ConfigError when the options do not fit the model (check_lora_options,
+// and a rank larger than a layer).
 void add_lora_adapters(Model& model, const config::ModelConfig& config);
 
 using NamedWeights = std::vector<std::pair<std::string, at::Tensor>>;

@@ -40,6 +40,9 @@ class Strategy {
 
   // Why `config` cannot train this way ("" when it can): stage 3 needs a model with blocks.
   std::string refusal(const config::Config& config) const;
+  // Why `model`'s `trainable` parameters cannot be shared so ("" when they can): stages 1 to 3
+  // shard contiguous float32 parameters, and stage 3 gathers them a block at a time.
+  std::string model_refusal(const optim::NamedParameters& trainable, model::Model& model) const;
   // Bytes of gradients, optimizer state and moving average (train.ema_decay) a rank will allocate
   // for trainable parameters of `elements` float32 elements and `bytes` bytes, shared among
   // `world_size` ranks as this strategy shares them.

@@ -43,8 +43,9 @@ struct Resumed {
 
 class Checkpointer {
  public:
-  // Collective. ckpt.async with dist.zero_stage > 0 on an MPI without MPI_THREAD_MULTIPLE is a
-  // ConfigError (the ranks' background writers talk on a control plane of their own).
+  // Collective. ckpt.async with dist.zero_stage > 0 needs a control plane that duplicates
+  // (MPI_THREAD_MULTIPLE; check_mpi_threads refuses the options without it): the ranks'
+  // background writers talk on a plane of their own.
   Checkpointer(const config::Config& config, comm::ControlPlane& control, runtime::RunDirectory run_dir, c10::Device device);
 
   // Collective: a checkpoint of `step` at `at`, with the best evaluation so far; `best`: also

@@ -1,14 +1,21 @@
 // Every check of options against one another, defined in one place (one option's own range is
-// the option table's, config/option_table.cpp). prepare_training runs check_options before MPI
-// starts and before a run directory exists, so every rank refuses alike and nothing is written;
+// the option table's, config/option_table.cpp). Nothing is written before they pass, and every
+// rank refuses alike:
+// - check_options: before MPI starts and before anything is loaded (prepare_training);
+// - check_model_options: on the built model, still before MPI (what the sharding can share);
+// - check_mpi_threads: once MPI has started, before the run directory exists (`hpctrain train`).
 // Step checks train.cuda_graphs again for whoever builds one directly (bench, tests). What the
-// world size decides of the data (a global batch, a rank's share of the split) waits for MPI:
-// check_world_fits (trainer.h), still before the run directory. Depends on config.
+// MPI world decides of the data (a rank's share of the split) is check_world_fits' (trainer.h).
+// Depends on config.
 #pragma once
 
 #include <string>
 
 #include "hpctrain/config/config.h"
+
+namespace hpctrain::model {
+class Model;
+}  // namespace hpctrain::model
 
 namespace hpctrain::train {
 
@@ -21,6 +28,13 @@ struct Placement {
 
 // Throws ConfigError naming the options that cannot work together at `where`, and what to change.
 void check_options(const config::Config& config, const Placement& where);
+
+// Throws ConfigError when dist.zero_stage cannot share `model`'s trainable parameters.
+void check_model_options(const config::Config& config, model::Model& model);
+
+// Throws ConfigError when ckpt.async needs MPI_THREAD_MULTIPLE (with a sharded checkpoint) and
+// MPI started without it.
+void check_mpi_threads(const config::Config& config, bool thread_multiple);
 
 // "" when train.cuda_graphs can run with `config` at `where`, else why not (the end of a
 // ConfigError).
