@@ -330,15 +330,15 @@ for size in sorted(comm):
     blocking, waited, mpi = comm[size]
     comm_lines.append(f"| {size:,} | {blocking:.2f} | {waited:.2f} | {mpi:.2f} | {gloo.get(size, float('nan')):.2f} | "
                       f"{blocking / mpi:.2f}x | {waited / mpi:.2f}x | {'>= 0.95x' if size >= 65536 else '-'} |")
-# The loader: bench data's "case samples/s MB/s raw-MB/s %-of-raw blocks" rows (the case has
-# spaces); each case against the raw read timed in turn with it.
+# The loader: bench data's "case samples/s MB/s raw-MB/s %-of-raw blocks min-max" rows (the case
+# has spaces); each case against the raw read timed in turn with it.
 io_lines = ["", "I/O, MB/s (page cache warm for the loader; checkpoint: median of 3 alternating writes):", "",
             "| case | hpctrain | reference | hpctrain / reference |", "|---|---|---|---|"]
 data = {}
 for l in open(f"{out}/bench-data.txt"):
     f = l.split()
     if l.startswith(("raw ", "loader ")):
-        data[" ".join(f[:-5])] = (float(f[-4]), float(f[-3]))
+        data[" ".join(f[:-6])] = (float(f[-5]), float(f[-4]))
 for case in ("loader first pass", "loader sequential, 1T", "loader shuffled, 1T", "loader shuffled, 2T"):
     loader, raw = data[case]
     io_lines.append(f"| {case} (bench data) vs a raw read(2) of the shards | {loader:,.0f} | {raw:,.0f} | "

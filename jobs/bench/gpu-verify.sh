@@ -316,9 +316,9 @@ for precision in fp32 bf16; do
   name="bench_step_gpt_$precision"
   run_step "$name" 120 "${launch[@]}" "$bin" bench step --model gpt --device cuda --precision "$precision" --steps 20
   ours_status=$status ours_seconds=$seconds
-  # The forward+backward row: case, ms, samples/s, tokens/s, TFLOP/s per device, MFU.
+  # The forward+backward row: case, ms, samples/s, tokens/s, TFLOP/s per device, MFU, min and max ms.
   ours_ms="" ours_tokens="" ours_tflops="" ours_mfu=""
-  read -r _ ours_ms _ ours_tokens ours_tflops ours_mfu < <(grep '^forward+backward' "$out/$name.log")
+  read -r _ ours_ms _ ours_tokens ours_tflops ours_mfu _ < <(grep '^forward+backward' "$out/$name.log")
   ours_parameters=$(grep -o '[0-9]* parameters' "$out/$name.log" | head -n 1 | cut -d' ' -f1)
   run_step "torch_step_gpt_$precision" 150 python3 jobs/bench/torch_step.py --device cuda --precision "$precision" --steps 20
   theirs=$(grep '^{' "$out/torch_step_gpt_$precision.log" | tail -n 1)

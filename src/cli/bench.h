@@ -1,10 +1,9 @@
-// The `hpctrain bench` measurements, one file each, and what they share. Like nccl-tests: untimed
-// warm-up first, timed repetitions reported as medians, every column with its unit, and a
-// correctness check in the same run. Private to src/cli.
+// The `hpctrain bench` measurements, one file each, and what they share. Like nccl-tests: one
+// driver times every case (bench_driver.h: warm-up, cases in turn, min/median/max), every column
+// has its unit, and a correctness check runs in the same run. bench_command.cpp's table lists the
+// modes, the flags each reads and the function that runs it. Private to src/cli.
 #pragma once
 
-#include <algorithm>
-#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -12,9 +11,8 @@
 
 #include <c10/core/Device.h>
 
-#include "hpctrain/comm/bootstrap.h"
+#include "bench_driver.h"
 #include "hpctrain/config/parser.h"
-#include "hpctrain/core/timer.h"
 #include "hpctrain/data/split.h"
 #include "hpctrain/model/model.h"
 #include "hpctrain/observe/mfu.h"
@@ -46,6 +44,9 @@ struct StepOptions {
 };
 StepOptions step_options(const config::ParsedArgs& parsed, const BenchModel& bench);
 
+// A mode of `bench step` is run with the model and the step's options read from its flags.
+using StepMode = int (*)(const config::ParsedArgs& parsed, const BenchModel& bench, const StepOptions& options);
+
 // `bench step --zero-stage S` (bench_sharded_step.cpp): whole optimizer steps with `dist.zero_stage`
 // S and the memory they hold.
 int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench, const StepOptions& options);
@@ -54,17 +55,18 @@ int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench
 // multi-tensor kernels, and with --cuda-graphs from a CUDA graph, timed in turn.
 int bench_update_step(const config::ParsedArgs& parsed, const BenchModel& bench, const StepOptions& options);
 
+// `bench step`: a step taken apart (bench_step.cpp).
+int bench_step_parts(const config::ParsedArgs& parsed, const BenchModel& bench, const StepOptions& options);
+
+// Runs `mode` with the model and options `parsed` gives.
+int bench_step(const config::ParsedArgs& parsed, StepMode mode);
+
 // The Config a train::Step needs for the benchmarked model: the defaults, `options` ("section.key"
 // -> value; checked as a config file's are) and `bench`'s model.
 config::Config step_config(const BenchModel& bench, const std::map<std::string, std::string>& options);
 
 // One micro-batch of random data for this rank, finished as a Source finishes it.
 data::Batch random_batch(const model::ModelSpec& spec, std::int64_t batch, int ranks, c10::Device device);
-
-// Seconds of each of `works` in each of `steps` timed steps (this rank's), after 3 untimed runs
-// of each, timed in turn (bench_step.cpp).
-std::vector<std::vector<double>> time_in_turn(c10::Device device, int steps,
-                                              const std::vector<std::function<void()>>& works);
 
 // The rows of a bench step table: ms, samples/s, tokens/s, model TFLOP/s per device and MFU.
 class StepTable {
@@ -73,8 +75,8 @@ class StepTable {
   StepTable(const model::ModelSpec& spec, std::int64_t batch, int ranks, double flops_per_sample,
             std::optional<observe::PeakFlops> peak);
   void print_header() const;
-  // `rate`: also the rates (a case that trains); else ms alone.
-  void row(const char* name, double seconds, bool rate) const;
+  // The median's ms, and with `rate` (a case that trains) its rates; min and max ms last.
+  void row(const char* name, const Spread& seconds, bool rate) const;
 
  private:
   const model::ModelSpec& spec_;
@@ -85,40 +87,10 @@ class StepTable {
 };
 
 int bench_data(const config::ParsedArgs& parsed);
+int bench_data_io(const config::ParsedArgs& parsed);
 int bench_comm(const config::ParsedArgs& parsed);
-int bench_step(const config::ParsedArgs& parsed);
 const char* bench_data_usage();
 const char* bench_comm_usage();
 const char* bench_step_usage();
-
-// The slowest rank's value of `mine` (collective): max through a sum of one-hot contributions.
-inline double slowest_rank(const comm::Bootstrap& bootstrap, double mine) {
-  std::vector<float> all(static_cast<size_t>(bootstrap.world_size()), 0.0f);
-  all[static_cast<size_t>(bootstrap.world_rank())] = static_cast<float>(mine);
-  bootstrap.allreduce_sum(all.data(), static_cast<std::int64_t>(all.size()));
-  return *std::max_element(all.begin(), all.end());
-}
-
-inline double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
-// The slowest rank's median of `seconds` (collective).
-inline double slowest_median(const comm::Bootstrap& bootstrap, const std::vector<double>& seconds) {
-  return slowest_rank(bootstrap, median(seconds));
-}
-
-// Seconds of one pass of `work`, `repeats` times after one untimed pass.
-inline std::vector<double> time_passes(int repeats, const std::function<void()>& work) {
-  work();
-  std::vector<double> seconds;
-  for (int r = 0; r < repeats; ++r) {
-    const Timer timer;
-    work();
-    seconds.push_back(timer.elapsed_s());
-  }
-  return seconds;
-}
 
 }  // namespace hpctrain::cli

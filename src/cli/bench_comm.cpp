@@ -30,52 +30,42 @@ const char* const kCommUsage =
     "two ways: allreduce_blocking() (what the trainer uses when it waits at once; mpi: on the\n"
     "calling thread) and allreduce() waited for (mpi: on the communicator's worker thread; nccl:\n"
     "queued back to back, then waited for); and a blocking MPI_Allreduce of the same bytes in\n"
-    "host memory as the reference. 5 untimed warm-up calls of each, then --rounds rounds of\n"
-    "--iters timed calls of each in turn, so that the machine's drift touches all three alike;\n"
-    "time is the median over rounds of the mean per call, averaged over ranks. As in\n"
+    "host memory as the reference. One untimed round of --iters calls of each, then --rounds\n"
+    "rounds of --iters timed calls of each in turn, so that the machine's drift touches all\n"
+    "three alike; time is the median over rounds of the mean per call, of the slowest rank, and\n"
+    "the last columns give each way's min-max over rounds. As in\n"
     "nccl-tests, algbw = bytes / time and busbw = algbw * 2(n-1)/n. The check allreduces rank+1\n"
     "from every rank and compares each element with n(n+1)/2. --check-collectives acts as\n"
     "dist.check_collectives does (default true: the mpi communicator's collectives each cost one\n"
     "small allreduce more; false times the transport alone).\n";
 
-constexpr int kWarmup = 5;
-
-// Seconds per call of `iters` calls of `call`.
-double time_calls(int iters, const std::function<void()>& call) {
-  const Timer timer;
-  for (int i = 0; i < iters; ++i) call();
-  return timer.elapsed_s() / iters;
-}
-
-// One way to allreduce the bench's buffer: `iters` calls, returning seconds per call.
-using Way = std::function<double(int iters)>;
+// One way to allreduce the bench's buffer: `iters` calls of it.
+using Way = std::function<void(int iters)>;
 
 Way blocking_way(comm::Communicator& comm, at::Tensor& tensor) {
   return [&comm, &tensor](int iters) {
-    return time_calls(iters, [&] { comm.allreduce_blocking(tensor, comm::ReduceOp::kSum); });
+    for (int i = 0; i < iters; ++i) comm.allreduce_blocking(tensor, comm::ReduceOp::kSum);
   };
 }
 
 Way waited_way(comm::Communicator& comm, at::Tensor& tensor) {
   if (comm.backend() != "nccl") {
     return [&comm, &tensor](int iters) {
-      return time_calls(iters, [&] { comm.allreduce(tensor, comm::ReduceOp::kSum)->wait(); });
+      for (int i = 0; i < iters; ++i) comm.allreduce(tensor, comm::ReduceOp::kSum)->wait();
     };
   }
   // NCCL orders calls on its stream, so they can be queued; MPI calls on one buffer may not overlap.
   return [&comm, &tensor](int iters) {
-    const Timer timer;
     std::vector<std::unique_ptr<comm::Work>> pending;
     for (int i = 0; i < iters; ++i) pending.push_back(comm.allreduce(tensor, comm::ReduceOp::kSum));
     for (auto& work : pending) work->wait();
-    return timer.elapsed_s() / iters;
   };
 }
 
 // `host`: a float tensor in host memory.
 Way mpi_way(const comm::Bootstrap& bootstrap, at::Tensor& host) {
   return [&bootstrap, &host](int iters) {
-    return time_calls(iters, [&] { bootstrap.allreduce_sum(host.data_ptr<float>(), host.numel()); });
+    for (int i = 0; i < iters; ++i) bootstrap.allreduce_sum(host.data_ptr<float>(), host.numel());
   };
 }
 
@@ -87,10 +77,16 @@ bool check_allreduce(comm::Communicator& comm, at::Tensor& tensor) {
   return tensor.eq(static_cast<float>(n * (n + 1) / 2)).all().item<bool>();
 }
 
-double mean_over_ranks(const comm::Bootstrap& bootstrap, double value) {
-  float v = static_cast<float>(value);
-  bootstrap.allreduce_sum(&v, 1);
-  return v / bootstrap.world_size();
+// Microseconds per call: `round_seconds` of `iters` calls each, the slowest rank's.
+Spread per_call_us(const comm::Bootstrap& bootstrap, std::vector<double> round_seconds, int iters) {
+  for (double& s : round_seconds) s *= 1e6 / iters;
+  return slowest_spread(bootstrap, round_seconds);
+}
+
+std::string range(const Spread& us) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.1f-%.1f", us.min, us.max);
+  return text;
 }
 
 }  // namespace
@@ -134,12 +130,13 @@ int bench_comm(const config::ParsedArgs& parsed) {
   const double bus_factor = 2.0 * (n - 1) / n;
 
   if (bootstrap->world_rank() == 0) {
-    std::printf("# bench comm: allreduce sum float32, backend %s on %s, %d rank(s)%s, %d warm-up + %d x %d "
-                "timed calls per size and way\n# %10s %12s | %10s %10s %10s | %10s %10s | %10s %10s %10s | %s\n",
+    std::printf("# bench comm: allreduce sum float32, backend %s on %s, %d rank(s)%s, 1 untimed + %d timed rounds of "
+                "%d calls per size and way, in turn\n"
+                "# %10s %12s | %10s %10s %10s | %10s %10s | %10s %10s %10s | %5s | %s\n",
                 backend_name.c_str(), device.str().c_str(), n,
-                backend == config::Backend::kMpi && checked == "false" ? " (collectives unchecked)" : "", kWarmup,
-                rounds, iters, "bytes", "elements",
-                "block(us)", "algbw", "busbw", "wait(us)", "busbw", "mpi(us)", "algbw", "busbw", "check");
+                backend == config::Backend::kMpi && checked == "false" ? " (collectives unchecked)" : "", rounds,
+                iters, "bytes", "elements", "block(us)", "algbw", "busbw", "wait(us)", "busbw", "mpi(us)", "algbw",
+                "busbw", "check", "min-max us: block, wait, mpi");
   }
   bool all_ok = true;
   for (std::int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
@@ -148,24 +145,25 @@ int bench_comm(const config::ParsedArgs& parsed) {
     // The reference reduces the very same memory on a CPU: two buffers of hundreds of MiB can
     // differ by 10 % in speed here (their pages), which would be charged to the communicator.
     at::Tensor host = tensor.is_cpu() ? tensor : at::zeros({count}, at::kFloat);
-    const std::vector<Way> ways{blocking_way(*comm, tensor), waited_way(*comm, tensor), mpi_way(*bootstrap, host)};
-    for (const Way& way : ways) way(kWarmup);
-    std::vector<std::vector<double>> times(ways.size());
-    for (int r = 0; r < rounds; ++r) {
-      for (size_t w = 0; w < ways.size(); ++w) times[w].push_back(mean_over_ranks(*bootstrap, ways[w](iters)));
-    }
-    const double seconds = median(times[0]);
-    const double waited_s = median(times[1]);
-    const double mpi_seconds = median(times[2]);
+    const Way block = blocking_way(*comm, tensor);
+    const Way wait = waited_way(*comm, tensor);
+    const Way mpi = mpi_way(*bootstrap, host);
+    const auto seconds = time_in_turn({{"block", [&] { block(iters); }},
+                                       {"wait", [&] { wait(iters); }},
+                                       {"mpi", [&] { mpi(iters); }}},
+                                      {1, rounds, device});
+    const Spread block_us = per_call_us(*bootstrap, seconds[0], iters);
+    const Spread wait_us = per_call_us(*bootstrap, seconds[1], iters);
+    const Spread mpi_us = per_call_us(*bootstrap, seconds[2], iters);
     const bool ok = bootstrap->all_true(check_allreduce(*comm, tensor));
     all_ok = all_ok && ok;
-    const double algbw = bytes / seconds / 1e9;
-    const double mpi_algbw = bytes / mpi_seconds / 1e9;
+    const auto gbps = [&](double us) { return bytes / us / 1e3; };
     if (bootstrap->world_rank() == 0) {
-      std::printf("  %10lld %12lld | %10.1f %10.2f %10.2f | %10.1f %10.2f | %10.1f %10.2f %10.2f | %s\n",
-                  static_cast<long long>(bytes), static_cast<long long>(count), seconds * 1e6, algbw,
-                  algbw * bus_factor, waited_s * 1e6, bytes / waited_s / 1e9 * bus_factor, mpi_seconds * 1e6,
-                  mpi_algbw, mpi_algbw * bus_factor, ok ? "OK" : "WRONG");
+      std::printf("  %10lld %12lld | %10.1f %10.2f %10.2f | %10.1f %10.2f | %10.1f %10.2f %10.2f | %5s | %s %s %s\n",
+                  static_cast<long long>(bytes), static_cast<long long>(count), block_us.median, gbps(block_us.median),
+                  gbps(block_us.median) * bus_factor, wait_us.median, gbps(wait_us.median) * bus_factor, mpi_us.median,
+                  gbps(mpi_us.median), gbps(mpi_us.median) * bus_factor, ok ? "OK" : "WRONG", range(block_us).c_str(),
+                  range(wait_us).c_str(), range(mpi_us).c_str());
       std::fflush(stdout);
     }
   }

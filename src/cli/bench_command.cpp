@@ -1,6 +1,8 @@
-// `hpctrain bench <what>`: dispatch to one measurement (bench_data.cpp, bench_comm.cpp,
-// bench_step.cpp). Each mode of a measurement takes its own flags: one it does not use is refused
-// in one line, rather than ignored.
+// `hpctrain bench <what>`: the table of modes, as nccl-tests has one entry per operation over one
+// driver (bench_driver.h). An entry names its measurement, the flag that selects it, every flag
+// it reads (one it does not use is refused in one line, rather than ignored) and the function
+// that runs it (bench_data.cpp, bench_comm.cpp, bench_step.cpp, bench_update_step.cpp,
+// bench_sharded_step.cpp).
 #include <algorithm>
 #include <iostream>
 #include <string>
@@ -14,12 +16,13 @@
 namespace hpctrain::cli {
 namespace {
 
-// One mode: the measurement, the flag that selects it ("" for the measurement's plain mode), and
-// every flag it reads (its selector included).
+// One mode: the measurement, the flag that selects it ("" for the measurement's plain mode),
+// every flag it reads (its selector included) and what runs it.
 struct BenchMode {
   std::string what;
   std::string selector;
   std::vector<std::string> flags;
+  int (*run)(const config::ParsedArgs& parsed);
 };
 
 const std::vector<std::string> kModelFlags{"model", "batch-size", "steps", "bucket-mb", "device", "precision",
@@ -33,12 +36,15 @@ std::vector<std::string> with(std::vector<std::string> flags, const std::vector<
 const std::vector<BenchMode>& bench_modes() {
   static const std::vector<BenchMode> modes{
       {"data", "",
-       {"data", "split", "batch-size", "repeats", "prefetch", "cache-mb", "shuffle-window-mb", "cold", "data-io"}},
-      {"data", "io", {"data", "io", "split", "repeats", "cache-mb", "cold"}},
-      {"comm", "", {"backend", "min-bytes", "max-bytes", "iters", "rounds", "check-collectives"}},
-      {"step", "", with(kModelFlags, {"tf32"})},
-      {"step", "zero-stage", with(kModelFlags, {"zero-stage", "optimizer"})},
-      {"step", "update", with(kModelFlags, {"tf32", "update", "cuda-graphs", "profile"})},
+       {"data", "split", "batch-size", "repeats", "prefetch", "cache-mb", "shuffle-window-mb", "cold", "data-io"},
+       bench_data},
+      {"data", "io", {"data", "io", "split", "repeats", "cache-mb", "cold"}, bench_data_io},
+      {"comm", "", {"backend", "min-bytes", "max-bytes", "iters", "rounds", "check-collectives"}, bench_comm},
+      {"step", "", with(kModelFlags, {"tf32"}), [](const config::ParsedArgs& p) { return bench_step(p, bench_step_parts); }},
+      {"step", "zero-stage", with(kModelFlags, {"zero-stage", "optimizer"}),
+       [](const config::ParsedArgs& p) { return bench_step(p, bench_sharded_step); }},
+      {"step", "update", with(kModelFlags, {"tf32", "update", "cuda-graphs", "profile"}),
+       [](const config::ParsedArgs& p) { return bench_step(p, bench_update_step); }},
   };
   return modes;
 }
@@ -100,11 +106,9 @@ int run_bench(const Args& args) {
     throw ConfigError("bench " + what + ": unexpected argument '" + parsed.positionals.back() +
                       "' (see hpctrain bench " + what + " --help)");
   }
-  chosen_mode(what, parsed);
+  const BenchMode& mode = chosen_mode(what, parsed);
   tune_allocators();  // measure with the allocator settings training runs with
-  if (what == "data") return bench_data(parsed);
-  if (what == "comm") return bench_comm(parsed);
-  return bench_step(parsed);
+  return mode.run(parsed);
 }
 
 }  // namespace hpctrain::cli

@@ -46,19 +46,22 @@ int bench_sharded_step(const config::ParsedArgs& parsed, const BenchModel& bench
   train::Step step(std::move(net), config, *comm, ranks.device);
   const std::vector<data::Batch> micro_batches{random_batch(bench.spec, batch, comm->size(), ranks.device)};
   ddp::trim_block_cache();  // as the trainer does before its first step
-  const std::vector<double> seconds = time_passes(steps, [&] { step.run(micro_batches, {1e-4, false}); });
-  const double step_s = slowest_median(*bootstrap, seconds);
+  // One untimed step, as before the driver: the peak RSS is of those steps alone.
+  const std::vector<double> seconds =
+      time_in_turn({{"step", [&] { step.run(micro_batches, {1e-4, false}); }}}, {1, steps, ranks.device})[0];
+  const Spread step_s = slowest_spread(*bootstrap, seconds);
   const double growth = slowest_rank(*bootstrap, static_cast<double>(sys::peak_rss_bytes() - rss_before));
   const double before = slowest_rank(*bootstrap, static_cast<double>(rss_before));
   const observe::HeldBytes held = step.held_bytes();
   if (bootstrap->world_rank() == 0) {
     constexpr double kMiB = 1 << 20;
     std::printf("# bench step --zero-stage %lld: %s, %s, %s, batch %lld per rank, %d rank(s), buckets of %lld MiB; "
-                "median of %d timed steps after 1 untimed, slowest rank\n",
+                "median, min and max of %d timed steps after 1 untimed, slowest rank\n",
                 static_cast<long long>(stage), config::name_of(config.model.name), optimizer.c_str(),
                 config::name_of(config.train.precision), static_cast<long long>(batch), comm->size(),
                 static_cast<long long>(bucket_mb), steps);
-    std::printf("optimizer step ms %.3f\n", step_s * 1e3);
+    std::printf("optimizer step ms %.3f (min %.3f, max %.3f)\n", step_s.median * 1e3, step_s.min * 1e3,
+                step_s.max * 1e3);
     std::printf("held MiB per rank: parameters %.1f gradients %.1f optimizer %.1f\n", held.parameters / kMiB,
                 held.gradients / kMiB, held.optimizer_state / kMiB);
     std::printf("peak RSS growth MiB %.1f (largest rank; RSS before the model %.1f MiB)\n", growth / kMiB,

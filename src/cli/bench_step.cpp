@@ -41,8 +41,8 @@ const char* const kStepUsage =
     "default GPT-2 small (124 M parameters), on windows of --block-size random tokens. Cases:\n"
     "forward+backward alone; the gradient reduction alone, through GradSync's buckets of\n"
     "--bucket-mb and as one allreduce of all gradient bytes; and the whole step with GradSync,\n"
-    "overlap off and on. 3 untimed steps, then --steps timed ones; medians over steps, of the\n"
-    "slowest rank. Cases compared are timed in turn, step by step, so they see the same machine:\n"
+    "overlap off and on. 3 untimed steps, then --steps timed ones; the median over steps (min and\n"
+    "max in the last columns), of the slowest rank. Cases compared are timed in turn, step by step, so they see the same machine:\n"
     "the two reductions; and each step with a forward+backward of its own, exposed = the median\n"
     "of step - forward+backward over the steps: the communication the step waits for. With\n"
     "one rank GradSync has nothing to do and adds nothing. --precision and --tf32 act as\n"
@@ -64,38 +64,7 @@ const char* const kStepUsage =
     "--profile FILE then writes a trace of 3 multi-tensor steps (Chrome trace-event JSON, from\n"
     "libtorch's profiler; jobs/bench/profile_summary.py sums it up).\n";
 
-// Step by step, a - b.
-std::vector<double> differences(const std::vector<double>& a, const std::vector<double>& b) {
-  std::vector<double> out;
-  for (size_t i = 0; i < a.size(); ++i) out.push_back(a[i] - b[i]);
-  return out;
-}
-
 }  // namespace
-
-// Several works are timed in turn, step by step, in alternating order (a b, b a, a b,
-// ...), so a machine that speeds up or slows down during the run, and whatever one work leaves
-// behind for the next, touch them alike: their differences and ratios are what is compared.
-std::vector<std::vector<double>> time_in_turn(c10::Device device, int steps,
-                                              const std::vector<std::function<void()>>& works) {
-  const auto synced = [&](const std::function<void()>& work) {
-    work();
-    if (device.is_cuda()) torch::cuda::synchronize(device.index());
-  };
-  for (int warm = 0; warm < 3; ++warm) {
-    for (const auto& work : works) synced(work);
-  }
-  std::vector<std::vector<double>> seconds(works.size());
-  for (int step = 0; step < steps; ++step) {
-    for (size_t k = 0; k < works.size(); ++k) {
-      const size_t w = step % 2 == 0 ? k : works.size() - 1 - k;
-      const Timer timer;
-      synced(works[w]);
-      seconds[w].push_back(timer.elapsed_s());
-    }
-  }
-  return seconds;
-}
 
 config::Config step_config(const BenchModel& bench, const std::map<std::string, std::string>& options) {
   std::map<std::string, std::string> all{{"data.path", "/unused"}};
@@ -126,28 +95,32 @@ StepTable::StepTable(const model::ModelSpec& spec, std::int64_t batch, int ranks
 
 void StepTable::print_header() const {
   if (peak_) std::printf("# MFU against %g TFLOP/s per device (%s)\n", peak_->tflops, peak_->source.c_str());
-  std::printf("%-34s %10s %12s %12s %14s %8s\n", "case", "ms", "samples/s", "tokens/s", "TFLOP/s/device", "MFU");
+  std::printf("%-34s %10s %12s %12s %14s %8s %10s %10s\n", "case", "ms", "samples/s", "tokens/s", "TFLOP/s/device",
+              "MFU", "min ms", "max ms");
 }
 
-void StepTable::row(const char* name, double seconds, bool rate) const {
+void StepTable::row(const char* name, const Spread& time, bool rate) const {
+  const double seconds = time.median;
+  std::printf("%-34s %10.3f", name, seconds * 1e3);
   if (!rate) {
-    std::printf("%-34s %10.3f %12s %12s %14s %8s\n", name, seconds * 1e3, "-", "-", "-", "-");
-    return;
-  }
-  const double samples_per_s = static_cast<double>(batch_ * ranks_) / seconds;
-  const double tflops = observe::model_tflops(static_cast<double>(batch_) / seconds, flops_per_sample_);
-  std::printf("%-34s %10.3f %12.0f", name, seconds * 1e3, samples_per_s);
-  if (spec_.token_ids) {
-    std::printf(" %12.0f", samples_per_s * static_cast<double>(spec_.input_shape[0]));
+    std::printf(" %12s %12s %14s %8s", "-", "-", "-", "-");
   } else {
-    std::printf(" %12s", "-");
+    const double samples_per_s = static_cast<double>(batch_ * ranks_) / seconds;
+    const double tflops = observe::model_tflops(static_cast<double>(batch_) / seconds, flops_per_sample_);
+    std::printf(" %12.0f", samples_per_s);
+    if (spec_.token_ids) {
+      std::printf(" %12.0f", samples_per_s * static_cast<double>(spec_.input_shape[0]));
+    } else {
+      std::printf(" %12s", "-");
+    }
+    std::printf(" %14.4g", tflops);
+    if (peak_) {
+      std::printf(" %7.2f%%", 100.0 * observe::mfu(tflops, 1, peak_->tflops));
+    } else {
+      std::printf(" %8s", "-");
+    }
   }
-  std::printf(" %14.4g", tflops);
-  if (peak_) {
-    std::printf(" %7.2f%%\n", 100.0 * observe::mfu(tflops, 1, peak_->tflops));
-  } else {
-    std::printf(" %8s\n", "-");
-  }
+  std::printf(" %10.3f %10.3f\n", time.min * 1e3, time.max * 1e3);
 }
 
 StepOptions step_options(const config::ParsedArgs& parsed, const BenchModel& bench) {
@@ -232,11 +205,12 @@ BenchModel bench_model(const config::ParsedArgs& parsed) {
 
 const char* bench_step_usage() { return kStepUsage; }
 
-int bench_step(const config::ParsedArgs& parsed) {
+int bench_step(const config::ParsedArgs& parsed, StepMode mode) {
   const BenchModel bench = bench_model(parsed);
-  const StepOptions options = step_options(parsed, bench);
-  if (parsed.has("zero-stage")) return bench_sharded_step(parsed, bench, options);
-  if (parsed.has("update")) return bench_update_step(parsed, bench, options);
+  return mode(parsed, bench, step_options(parsed, bench));
+}
+
+int bench_step_parts(const config::ParsedArgs& /*parsed*/, const BenchModel& bench, const StepOptions& options) {
   const model::ModelSpec& spec = bench.spec;
   const std::int64_t batch = options.batch;
   const int steps = options.steps;
@@ -277,7 +251,8 @@ int bench_step(const config::ParsedArgs& parsed) {
   const double flops_per_sample =
       model::training_flops_per_sample(model::count_flops([&] { forward(); }) / static_cast<double>(batch));
 
-  const double compute_s = slowest_median(*bootstrap, time_in_turn(device, steps, {forward_backward})[0]);
+  const Rounds rounds{3, steps, device};
+  const Spread compute_s = slowest_spread(*bootstrap, time_in_turn({{"forward+backward", forward_backward}}, rounds)[0]);
   std::int64_t numel = 0;
   for (const auto& p : parameters) numel += p.numel();
   at::Tensor flat = torch::zeros({numel}, parameters.front().options());
@@ -285,10 +260,10 @@ int bench_step(const config::ParsedArgs& parsed) {
   ddp::GradSyncOptions sync_options;
   sync_options.bucket_bytes = bucket_mb << 20;
   sync_options.warn_unused = false;  // "buckets alone" reduces without a backward on purpose
-  double flat_s = 0.0;
-  double bucketed_s = 0.0;
-  double step_s[2] = {0.0, 0.0};
-  double exposed_s[2] = {0.0, 0.0};
+  Spread flat_s;
+  Spread bucketed_s;
+  Spread step_s[2];
+  Spread exposed_s[2];
   size_t buckets = 0;
   for (const bool overlap : {false, true}) {
     sync_options.overlap = overlap;
@@ -296,19 +271,23 @@ int bench_step(const config::ParsedArgs& parsed) {
     buckets = sync.bucket_count();
     if (!overlap) {
       // Timed in turn, the two reductions of the same bytes see the same machine.
-      const auto reductions = time_in_turn(device, steps, {[&] { comm->allreduce_blocking(flat, comm::ReduceOp::kAvg); },
-                                                           [&] { sync.average_gradients(); }});
-      flat_s = slowest_median(*bootstrap, reductions[0]);
-      bucketed_s = slowest_median(*bootstrap, reductions[1]);
+      const auto reductions =
+          time_in_turn({{"one allreduce", [&] { comm->allreduce_blocking(flat, comm::ReduceOp::kAvg); }},
+                        {"buckets", [&] { sync.average_gradients(); }}},
+                       rounds);
+      flat_s = slowest_spread(*bootstrap, reductions[0]);
+      bucketed_s = slowest_spread(*bootstrap, reductions[1]);
     }
     // Each step timed in turn with forward+backward alone, which it is compared with.
-    const auto paired = time_in_turn(device, steps, {forward_backward, [&] {
-                                       sync.begin_backward(true);
-                                       forward_backward();
-                                       sync.average_gradients();
-                                     }});
-    step_s[overlap ? 1 : 0] = slowest_median(*bootstrap, paired[1]);
-    exposed_s[overlap ? 1 : 0] = slowest_median(*bootstrap, differences(paired[1], paired[0]));
+    const auto paired = time_in_turn({{"forward+backward", forward_backward},
+                                      {"step", [&] {
+                                         sync.begin_backward(true);
+                                         forward_backward();
+                                         sync.average_gradients();
+                                       }}},
+                                     rounds);
+    step_s[overlap ? 1 : 0] = slowest_spread(*bootstrap, paired[1]);
+    exposed_s[overlap ? 1 : 0] = slowest_spread(*bootstrap, differences(paired[1], paired[0]));
   }
   const std::int64_t gpu_memory = use_cuda ? comm::gpu_memory_in_use_bytes(device.index()) : -1;
 
@@ -318,8 +297,8 @@ int bench_step(const config::ParsedArgs& parsed) {
     const double ms = 1e3;
     std::printf("# bench step: %s, %lld parameters (%.1f MB of float32 gradients) in %zu bucket(s) of "
                 "%lld MiB, batch %lld per rank, %d rank(s) on %s%s%s, backend %s%s, %s%s\n"
-                "# %.4g GFLOP per sample trained (3x forward); median of %d timed steps after 3 untimed, "
-                "slowest rank\n",
+                "# %.4g GFLOP per sample trained (3x forward); median, min and max of %d timed steps after 3 "
+                "untimed, slowest rank\n",
                 config::name_of(bench.config.name), static_cast<long long>(numel), numel * 4 / 1e6, buckets,
                 static_cast<long long>(bucket_mb), static_cast<long long>(batch), comm->size(), device.str().c_str(),
                 gpu.empty() ? "" : " ", gpu.c_str(), comm->backend().c_str(),
@@ -333,9 +312,11 @@ int bench_step(const config::ParsedArgs& parsed) {
     table.row("GradSync buckets alone", bucketed_s, false);
     table.row("step, overlap off", step_s[0], true);
     table.row("step, overlap on", step_s[1], true);
-    std::printf("exposed communication (step - forward+backward, timed in turn): overlap off %.3f ms, on %.3f ms\n",
-                exposed_s[0] * ms, exposed_s[1] * ms);
-    std::printf("buckets / one allreduce: %.2f\n", bucketed_s / flat_s);
+    std::printf("exposed communication (step - forward+backward, timed in turn): overlap off %.3f ms, on %.3f ms "
+                "(min %.3f and %.3f, max %.3f and %.3f)\n",
+                exposed_s[0].median * ms, exposed_s[1].median * ms, exposed_s[0].min * ms, exposed_s[1].min * ms,
+                exposed_s[0].max * ms, exposed_s[1].max * ms);
+    std::printf("buckets / one allreduce: %.2f\n", bucketed_s.median / flat_s.median);
     if (gpu_memory >= 0) std::printf("GPU memory in use (driver's count): %.0f MiB\n", gpu_memory / 1048576.0);
   }
   log::shutdown();

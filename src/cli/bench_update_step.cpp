@@ -73,12 +73,12 @@ struct Place {
 
 // The header, a row per case and the speed ratios, on rank 0.
 void report(const BenchModel& bench, const StepOptions& options, const Place& place,
-            const std::vector<UpdateCase>& cases, const std::vector<double>& step_s, double flops) {
+            const std::vector<UpdateCase>& cases, const std::vector<Spread>& step_s, double flops) {
   const bool tf32_note = options.use_cuda && options.precision == config::Precision::kFp32 && options.tf32;
   std::printf("# bench step --update: %s, batch %lld per rank, %d rank(s) on %s%s%s, %s%s; whole optimizer "
               "steps (train::Step, AdamW), one model per case\n"
-              "# %.4g GFLOP per sample trained (3x forward); median of %d timed steps after 3 untimed, "
-              "timed in turn, slowest rank\n",
+              "# %.4g GFLOP per sample trained (3x forward); median, min and max of %d timed steps after 3 "
+              "untimed, timed in turn, slowest rank\n",
               config::name_of(bench.config.name), static_cast<long long>(options.batch), place.ranks,
               place.device.str().c_str(), place.gpu.empty() ? "" : " ", place.gpu.c_str(),
               options.precision_name.c_str(), tf32_note ? " (TF32)" : "", flops / 1e9, options.steps);
@@ -86,8 +86,8 @@ void report(const BenchModel& bench, const StepOptions& options, const Place& pl
                         observe::resolve_peak_flops(0, place.gpu, options.precision, options.tf32));
   table.print_header();
   for (size_t c = 0; c < cases.size(); ++c) table.row(cases[c].name, step_s[c], true);
-  std::printf("multi-tensor / per tensor speed: %.3f\n", step_s[0] / step_s[1]);
-  if (cases.size() > 2) std::printf("CUDA graph / multi-tensor speed: %.3f\n", step_s[1] / step_s[2]);
+  std::printf("multi-tensor / per tensor speed: %.3f\n", step_s[0].median / step_s[1].median);
+  if (cases.size() > 2) std::printf("CUDA graph / multi-tensor speed: %.3f\n", step_s[1].median / step_s[2].median);
 }
 
 }  // namespace
@@ -117,15 +117,17 @@ int bench_update_step(const config::ParsedArgs& parsed, const BenchModel& bench,
   }
   const std::vector<data::Batch> micro_batches{random_batch(bench.spec, options.batch, ranks.comm->size(), device)};
   const train::StepPlan plan{1e-4, false};
-  std::vector<std::function<void()>> works;
-  for (auto& step : steps) works.push_back([&micro_batches, &plan, s = step.get()] { s->run(micro_batches, plan); });
+  std::vector<BenchCase> timed;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    timed.push_back({cases[c].name, [&micro_batches, &plan, s = steps[c].get()] { s->run(micro_batches, plan); }});
+  }
   ddp::trim_block_cache();  // as the trainer does before its first step
-  const auto seconds = time_in_turn(device, options.steps, works);
-  if (!profile.empty()) profile_steps(profile, device, 3, works[1]);
+  const auto seconds = time_in_turn(timed, {3, options.steps, device});
+  if (!profile.empty()) profile_steps(profile, device, 3, timed[1].run);
   const std::int64_t gpu_memory = options.use_cuda ? comm::gpu_memory_in_use_bytes(device.index()) : -1;
 
-  std::vector<double> step_s;
-  for (const auto& s : seconds) step_s.push_back(slowest_median(*bootstrap, s));
+  std::vector<Spread> step_s;
+  for (const auto& s : seconds) step_s.push_back(slowest_spread(*bootstrap, s));
   if (bootstrap->world_rank() == 0) {
     const std::string gpu = options.use_cuda ? comm::gpu_name(device.index()) : "";
     const double flops = steps.front()->training_flops().value_or(0);

@@ -299,15 +299,20 @@ TEST_F(TrainEndToEnd, BenchDataReportsEveryCaseAndPassesItsCheck) {
       EXPECT_NE(r.out.find(row), std::string::npos) << row << " in\n" << r.out;
     }
     // samples/s, MB/s, the raw read's MB/s timed with the case, % of it, blocks/pass (compare.sh
-    // reads them by position).
+    // reads them by position), and last the min-max MB/s of the passes.
     const std::string name = "loader shuffled, 1T";
     const size_t at = r.out.find(name);
     ASSERT_NE(at, std::string::npos) << r.out;
     std::istringstream row(r.out.substr(at + name.size(), r.out.find('\n', at) - at - name.size()));
     double samples = 0, mbps = 0, raw_mbps = 0, share = 0, blocks = -1;
+    std::string range;
     std::string extra;
-    ASSERT_TRUE(row >> samples >> mbps >> raw_mbps >> share >> blocks) << r.out;
-    EXPECT_FALSE(row >> extra) << "a sixth column: " << extra;
+    ASSERT_TRUE(row >> samples >> mbps >> raw_mbps >> share >> blocks >> range) << r.out;
+    EXPECT_FALSE(row >> extra) << "a seventh column: " << extra;
+    const size_t dash = range.find('-');
+    ASSERT_NE(dash, std::string::npos) << range;
+    EXPECT_DOUBLE_EQ(std::stod(range.substr(0, dash)), mbps) << "one timed pass: min = median = max";
+    EXPECT_DOUBLE_EQ(std::stod(range.substr(dash + 1)), mbps) << range;
     EXPECT_GT(raw_mbps, 0.0);
     EXPECT_NEAR(share, 100.0 * mbps / raw_mbps, 0.1 + 0.001 * share) << r.out;
     EXPECT_EQ(blocks, 0.0) << "a split held whole is read once, in the first pass";
