@@ -31,7 +31,7 @@ std::vector<at::Tensor> tensors_of(const optim::NamedParameters& named) {
   return out;
 }
 
-class ReplicatedUpdate final : public GradientUpdate {
+class ReplicatedUpdate final : public GradientUpdate, public UpdateState {
  public:
   ReplicatedUpdate(const config::Config& config, comm::Communicator& comm, const optim::NamedParameters& trainable)
       : parameters_(tensors_of(trainable)),
@@ -65,6 +65,8 @@ class ReplicatedUpdate final : public GradientUpdate {
     for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
     if (apply) optimizer_->step();
   }
+
+  UpdateState& state() override { return *this; }
 
   std::string first_nonfinite_gradient() override {
     const std::int64_t first = optim::first_nonfinite(gradients());

@@ -36,7 +36,7 @@ at::Tensor alias(const at::Tensor& source, std::int64_t offset, std::int64_t num
 // Every state an optimizer of hpctrain's may keep per parameter (train_state.h names them).
 constexpr const char* kStateNames[] = {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"};
 
-class ShardedUpdate final : public GradientUpdate {
+class ShardedUpdate final : public GradientUpdate, public UpdateState {
  public:
   ShardedUpdate(const config::Config& config, comm::Communicator& comm, const optim::NamedParameters& trainable,
                 model::Model& model)
@@ -129,6 +129,8 @@ class ShardedUpdate final : public GradientUpdate {
       gather_parameters();
     }
   }
+
+  UpdateState& state() override { return *this; }
 
   std::string first_nonfinite_gradient() override {
     std::vector<double> nonfinite(parameters_.size(), 0.0);

@@ -20,7 +20,7 @@ WeightAverage::WeightAverage(ckpt::TensorSlices weights, double decay, bool shar
   }
 }
 
-WeightAverage WeightAverage::of_update(const GradientUpdate& update, model::Model& model, double decay,
+WeightAverage WeightAverage::of_update(const UpdateState& update, model::Model& model, double decay,
                                       bool sharded) {
   ckpt::TensorSlices weights = update.owned_weights();
   const size_t owned = weights.size();

@@ -23,7 +23,7 @@ namespace hpctrain::train {
 struct SaveSources {
   model::Model& model;
   bool shards_parameters;  // stage 3: the model part holds the buffers, each rank adds its slices
-  sharding::GradientUpdate& update;
+  sharding::UpdateState& update;
   const sharding::WeightAverage* average;  // null without train.ema_decay
   const optim::SkippedSteps& skipped;
   const optim::LossScaler* loss_scaler;    // null without loss scaling

@@ -64,7 +64,7 @@ std::string commit_checkpoint(const std::string& dir, const ckpt::Checkpoint& ch
 // What the parts of a checkpoint of `step` at `at` are written from.
 SaveSources sources_of(Step& step, const RunPosition& at, const BestEvaluation& best,
                        const ckpt::NamedTensors& generators, const ckpt::NamedTensors& base_checksums) {
-  return {step.model(), step.strategy().shards_parameters(), step.update(), step.average(), step.skipped(),
+  return {step.model(), step.strategy().shards_parameters(), step.update_state(), step.average(), step.skipped(),
           step.loss_scaler(), at.step, best, generators, base_checksums};
 }
 

@@ -23,7 +23,7 @@ std::optional<Resumed> Checkpointer::resume(Step& step, std::int64_t accumulatio
   const ckpt::CheckpointReader reader(chosen);
   const ckpt::CheckpointMeta& meta = reader.meta();
   check_config_unchanged(reader);
-  sharding::GradientUpdate& update = step.update();
+  sharding::UpdateState& update = step.update_state();
   const auto read_optimizer_state = [&update](const ckpt::CheckpointReader& r) { update.load_optimizer_state(r); };
   ResumedState state;
   const ResumeTargets targets{step.model(),   read_optimizer_state, step.skipped(),         step.loss_scaler(),

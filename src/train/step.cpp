@@ -75,7 +75,7 @@ Step::Step(std::shared_ptr<model::Model> model, const config::Config& config, co
   loss_scaler_ = loss_scaler_for(config_.train);
   if (config_.train.ema_decay > 0) {
     average_.emplace(
-        sharding::WeightAverage::of_update(*update_, *model_, config_.train.ema_decay, strategy_.shards_state()));
+        sharding::WeightAverage::of_update(update_->state(), *model_, config_.train.ema_decay, strategy_.shards_state()));
   }
   if (config_.train.cuda_graphs) {
     check_cuda_graphs(config_, {device_.is_cuda(), comm_.size(), /*training=*/true});
@@ -133,7 +133,7 @@ StepResult Step::run(const std::vector<data::Batch>& micro_batches, const StepPl
 
 void Step::with_evaluated_weights(const std::function<void()>& use) {
   if (!average_) return use();
-  average_->with_averaged_weights(use, [this] { update_->owned_weights_changed(); });
+  average_->with_averaged_weights(use, [this] { update_->state().owned_weights_changed(); });
 }
 
 void Step::forward_backward(const data::Batch& batch, bool last_micro_batch, std::int64_t step_real, bool full,
@@ -206,7 +206,7 @@ void Step::check_replicas() {
   const std::int64_t every = config_.dist.check_replicas_every;
   if (every == 0 || count_ % every != 0) return;
   std::vector<int> differ;
-  update_->with_whole_parameters(
+  update_->state().with_whole_parameters(
       [&] { differ = ddp::ranks_differing_from_root(comm_, model_->module().parameters(), device_); });
   if (differ.empty()) return;
   std::string ranks;
@@ -263,7 +263,7 @@ void Step::log_model() const {
   for (const auto& tied : model_->tied_parameters()) {
     log::info("tied weights: '{}' is '{}' (trained once, stored under both names)", tied.name, tied.same_as);
   }
-  const observe::HeldBytes held = update_->held_bytes();
+  const observe::HeldBytes held = update_->state().held_bytes();
   log::info("rank {} holds {} of parameters, {} of gradients and {} of optimizer state ({}{})", comm_.rank(),
             bytes_text(held.parameters), bytes_text(held.gradients), bytes_text(held.optimizer_state),
             strategy_.option(), strategy_.shards_state() ? fmt::format(", its share of {} rank(s)", comm_.size()) : "");

@@ -103,7 +103,7 @@ void Trainer::plan_run() {
   log::info("training on {}: {} steps per epoch, global batch {} ({} ranks x {} "
             "micro-batch(es) x {}){}; gradients in {} bucket(s), overlap {}, compression {}",
             setup_.train->describe(), steps_per_epoch_, global_batch, world, accumulation_,
-            config.train.batch_size, dropped ? ", last partial batch dropped" : "", step_.update().bucket_count(),
+            config.train.batch_size, dropped ? ", last partial batch dropped" : "", step_.update_state().bucket_count(),
             config.dist.overlap ? "on" : "off", config::name_of(config.dist.grad_compression));
   if (config.optim.lr_scaling != config::LrScaling::kNone) {
     log::info("learning rate {:.6g}: optim.lr {:.6g} x {} scaling for global batch {} (optim.base_batch {})",
@@ -178,7 +178,7 @@ void Trainer::record(const StepResult& result, const data::EpochReader& reader, 
   at.steps_in_epoch = reader.steps();
   at.steps_per_epoch = steps_per_epoch_;
   at.step = step_.count();
-  at.lr = step_.update().lr();
+  at.lr = step_.update_state().lr();
   at.grad_norm = result.grad_norm;
   at.skipped = step_.skipped().total();
   if (const optim::LossScaler* scaler = step_.loss_scaler()) at.loss_scale = scaler->scale();

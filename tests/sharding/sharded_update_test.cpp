@@ -134,9 +134,9 @@ Trained train(const config::Config& config, int ranks, std::int64_t first, std::
       EXPECT_TRUE(result.finite);
       if (r == 0 && result.grad_norm) out.grad_norms.push_back(*result.grad_norm);
     }
-    step.update().add_state(out.optimizer[r]);
+    step.update_state().add_state(out.optimizer[r]);
     out.held[r] = step.held_bytes();
-    step.update().with_whole_parameters([&] { parameters[r] = cloned_parameters(*models[r]); });  // stage 3: gathered
+    step.update_state().with_whole_parameters([&] { parameters[r] = cloned_parameters(*models[r]); });  // stage 3: gathered
   });
   out.parameters = parameters[0];
   for (size_t r = 1; r < parameters.size(); ++r) {
@@ -304,8 +304,8 @@ std::string write_sharded(const std::string& dir, ckpt::NamedTensors model, std:
 
 // As Checkpointer::resume reads a checkpoint into a run's Step (at stage 3, the model whole).
 void resume(train::Step& step, const ckpt::CheckpointReader& reader) {
-  step.update().with_whole_parameters([&] { reader.read_into("model", weights::model_state(step.model())); });
-  step.update().load_optimizer_state(reader);
+  step.update_state().with_whole_parameters([&] { reader.read_into("model", weights::model_state(step.model())); });
+  step.update_state().load_optimizer_state(reader);
 }
 
 TEST(ShardedUpdate, SlicesFromEveryRankReadAsAReplicatedCheckpointAndLoadAtAnyWorldSizeAndStage) {

@@ -35,7 +35,7 @@ class WeightAverage {
 
   // The average of what `update` updates on this rank, with `model`'s tied names added;
   // `sharded`: the update's strategy shards the state (Strategy::shards_state).
-  static WeightAverage of_update(const GradientUpdate& update, model::Model& model, double decay, bool sharded);
+  static WeightAverage of_update(const UpdateState& update, model::Model& model, double decay, bool sharded);
 
   // After an applied step: each average moves (1 - decay) of the way to its weight.
   void update();

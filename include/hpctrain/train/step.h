@@ -77,11 +77,12 @@ class Step {
   std::string describe_nonfinite(const at::Tensor& rank_loss);
 
   model::Model& model() { return *model_; }
-  sharding::GradientUpdate& update() { return *update_; }
+  // What the update keeps between steps: for the checkpoint, the resume and reports.
+  sharding::UpdateState& update_state() { return update_->state(); }
   // How the ranks share the training state (dist.zero_stage), which decides what this rank holds.
   const sharding::Strategy& strategy() const { return strategy_; }
   // What this rank holds for training.
-  observe::HeldBytes held_bytes() const { return update_->held_bytes(); }
+  observe::HeldBytes held_bytes() const { return update_->state().held_bytes(); }
   optim::SkippedSteps& skipped() { return skipped_; }
   // The moving average of the weights (train.ema_decay); null without one.
   sharding::WeightAverage* average() { return average_ ? &*average_ : nullptr; }
