@@ -413,6 +413,10 @@ std::vector<Case> config_cases() {
        1, "{bin} train --config {configs}/text_gpt.ini --data.path={tokens} --run.dir={run} --model.lora_rank=4"
        " --model.lora_train=weights", 2,
        {"model.lora_train: 'weights' is not bias or norm"}, RunDir::kNotCreated},
+      {"LoraTargetThatNamesNoLayerOfTheGpt", Copy::kNothing, nullptr,
+       1, "{bin} train --config {configs}/text_gpt.ini --data.path={tokens} --run.dir={run} --model.lora_rank=4"
+       " --model.lora_targets=attn,wte", 2,
+       {"model.lora_targets: 'wte' names no layer of the gpt model"}, RunDir::kNotCreated},
       {"Bf16LoraBaseForATorchscriptModel", Copy::kNothing, nullptr,
        1, "{train} --model.name=torchscript --model.path={case}/model.pt --model.lora_rank=4"
        " --model.lora_targets=head --model.lora_base_dtype=bf16", 2,
