@@ -74,8 +74,8 @@ Step::Step(std::shared_ptr<model::Model> model, const config::Config& config, co
   synchronize_batch_norm(config_, *model_, comm_);
   loss_scaler_ = loss_scaler_for(config_.train);
   if (config_.train.ema_decay > 0) {
-    average_.emplace(
-        sharding::WeightAverage::of_update(update_->state(), *model_, config_.train.ema_decay, strategy_.shards_state()));
+    average_.emplace(sharding::WeightAverage::of_update(update_->state(), *model_, config_.train.ema_decay,
+                                                        strategy_.shards_state()));
   }
   if (config_.train.cuda_graphs) {
     check_cuda_graphs(config_, {device_.is_cuda(), comm_.size(), /*training=*/true});

@@ -83,19 +83,15 @@ TEST(OptionChecks, ShardingRefusesParametersItCannotShare) {
 }
 
 TEST(OptionChecks, LoraOptionsAreCheckedBeforeAModelIsBuilt) {
-  const Placement cpu{false, 1, true};
-  const std::string mlp = refusal([&] { check_options(mlp_config({{"model.lora_rank", "4"}}), cpu); });
+  const auto refused = [](const std::map<std::string, std::string>& options) {
+    return refusal([&] { check_options(mlp_config(options), {false, 1, true}); });
+  };
+  const std::string mlp = refused({{"model.lora_rank", "4"}});
   EXPECT_NE(mlp.find("model.name=mlp takes no adapters"), std::string::npos) << mlp;
-  const std::string targets = refusal([&] {
-    check_options(mlp_config({{"model.name", "gpt"}, {"model.lora_rank", "4"}, {"model.lora_targets", "attn,wte"}}),
-                  cpu);
-  });
+  const std::string targets =
+      refused({{"model.name", "gpt"}, {"model.lora_rank", "4"}, {"model.lora_targets", "attn,wte"}});
   EXPECT_NE(targets.find("model.lora_targets: 'wte' names no layer of the gpt model"), std::string::npos) << targets;
-  EXPECT_EQ(refusal([&] {
-              check_options(mlp_config({{"model.name", "gpt"}, {"model.lora_rank", "4"}, {"model.lora_targets", "attn"}}),
-                            cpu);
-            }),
-            "");
+  EXPECT_EQ(refused({{"model.name", "gpt"}, {"model.lora_rank", "4"}, {"model.lora_targets", "attn"}}), "");
 }
 
 TEST(OptionChecks, GlobalBatchIsCheckedAtTheLaunchedWorldSize) {
@@ -104,7 +100,8 @@ TEST(OptionChecks, GlobalBatchIsCheckedAtTheLaunchedWorldSize) {
   const std::string four = refusal([&] { check_options(config, {false, 4, true}); });
   EXPECT_NE(four.find("train.global_batch=96 is not a multiple of 4 rank(s) x train.batch_size=16"), std::string::npos)
       << four;
-  EXPECT_EQ(refusal([&] { check_options(config, {false, 4, /*training=*/false}); }), "") << "an evaluation takes no step";
+  EXPECT_EQ(refusal([&] { check_options(config, {false, 4, /*training=*/false}); }), "")
+      << "an evaluation takes no step";
 }
 
 }  // namespace
