@@ -5,6 +5,7 @@
 // (docs/reliability.md) or, for kill -9, from outside.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <regex>
@@ -37,14 +38,18 @@ class RankFailureEndToEnd : public ::testing::Test {
   }
 
   // Runs `command`, returning what it printed and how long after the injected fault fired it
-  // ended (its "HPCTRAIN_FAULT=... fires ..., unix time T" line; a test fails without one).
+  // ended (its "HPCTRAIN_FAULT=... fires ..., unix time T" line; a test fails without one). The
+  // fault's time is the wall clock's, the only one shared with the ranks; a step of that clock
+  // while the job runs (NTP on a VM) is bounded by the steady clock's time of the whole command.
   static ProcessResult timed(const std::string& command, double& seconds_after_fault) {
+    const auto started = std::chrono::steady_clock::now();
     ProcessResult r = run_command(command);
     const double ended = unix_now();
+    const double whole_command = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     std::smatch fired;
     EXPECT_TRUE(std::regex_search(r.err, fired, std::regex("HPCTRAIN_FAULT=\\S+ fires .*, unix time ([0-9.]+)")))
         << r.err;
-    seconds_after_fault = fired.empty() ? 1e9 : ended - std::stod(fired[1].str());
+    seconds_after_fault = fired.empty() ? 1e9 : std::min(ended - std::stod(fired[1].str()), whole_command);
     return r;
   }
 
