@@ -263,11 +263,16 @@ std::vector<Option> build_table() {
           "[B, classes], or, on a token stream, windows of int64 token ids [B, T] "
           "(T = model.gpt_block_size) to next-token logits [B, T, vocab]. A traced module trains too, "
           "but keeps the train or eval behaviour it was traced in (dropout, BatchNorm)."),
+      row("model.hf_config", &C::model, &ModelConfig::hf_config, "",
+          "The Hugging Face config.json (or a directory holding one) whose shape model.name=llama "
+          "takes: model_type llama, qwen2, qwen3 or mistral. Empty: model.init_from's, a model "
+          "directory. docs/fine-tuning.md."),
       row("model.mlp_hidden", &C::model, &ModelConfig::mlp_hidden, "512,256",
           "Hidden layer widths of the mlp model.", int_list()),
       row("model.dropout", &C::model, &ModelConfig::dropout, "0.25",
           "Dropout probability after the hidden layers (fashion_cnn: after Linear(3136->128); gpt: on "
-          "the attention weights and after each attention and MLP block).",
+          "the attention weights and after each attention and MLP block; llama: none, as the family "
+          "trains).",
           in_unit_interval()),
       row("model.resnet_depth", &C::model, &ModelConfig::resnet_depth, "20",
           "Layers of the resnet model: 6n+2 (20, 32, 44, 56, 110), n basic blocks per stage.",
@@ -275,7 +280,8 @@ std::vector<Option> build_table() {
       row("model.resnet_width", &C::model, &ModelConfig::resnet_width, "16",
           "Channels of the resnet model's first stage (the next two have 2x and 4x).", at_least<I>(1)),
       row("model.init_from", &C::model, &ModelConfig::init_from, "",
-          "Start from these weights instead of random ones: a .safetensors file, a PyTorch "
+          "Start from these weights instead of random ones: a .safetensors file, a Hugging Face "
+          "model directory (config.json and one or many safetensors files; model.name=llama), a PyTorch "
           "state_dict (torch.save) or an hpctrain checkpoint (its weights only). The optimizer "
           "starts fresh at step 0; a checkpoint in run.dir still takes precedence (resume). "
           "docs/fine-tuning.md."),
@@ -287,7 +293,7 @@ std::vector<Option> build_table() {
           "Refuse model.init_from unless every parameter and buffer is in it with its shape and "
           "nothing else is; false loads what matches and logs the rest."),
       row("model.lora_rank", &C::model, &ModelConfig::lora_rank, "0",
-          "Rank r of LoRA adapters beside the layers model.lora_targets names (gpt, torchscript); the base "
+          "Rank r of LoRA adapters beside the layers model.lora_targets names (gpt, llama, torchscript); the base "
           "weights are frozen and only the adapters train, communicate and are checkpointed. 0: "
           "no adapters. docs/fine-tuning.md.",
           at_least<I>(0)),
@@ -299,6 +305,8 @@ std::vector<Option> build_table() {
       row("model.lora_targets", &C::model, &ModelConfig::lora_targets, "attn",
           "The gpt layers that get adapters, comma-separated: attn (attention's c_attn), proj "
           "(attention's c_proj), fc (mlp.c_fc), mlp_proj (mlp.c_proj), head (the output layer). "
+          "For a llama model: Hugging Face's module names (q_proj, k_proj, v_proj, o_proj, gate_proj, "
+          "up_proj, down_proj, lm_head), shell patterns on whole names, or all-linear. "
           "For a torchscript model: names of its modules with a 2-d weight, matched as PEFT's "
           "target_modules (fc: every module named fc or ending in .fc) or as shell patterns "
           "(layers.*.proj)."),
@@ -319,7 +327,8 @@ std::vector<Option> build_table() {
           "Width of the gpt model's residual stream (n_embd); 0: model.init_from's.", at_least<I>(0)),
       row("model.gpt_block_size", &C::model, &ModelConfig::gpt_block_size, "128",
           "Context length of the gpt model (and of a TorchScript language model): tokens per "
-          "training window; 0: the positions model.init_from has (gpt).", at_least<I>(0)),
+          "training window; 0: the positions model.init_from has (gpt). A llama model trains on "
+          "windows of this length too, at most its config.json's max_position_embeddings.", at_least<I>(0)),
       row("model.gpt_activation", &C::model, &ModelConfig::gpt_activation, "auto",
           "The gpt MLP's activation: gelu (exact, nanoGPT's), gelu_tanh (the tanh approximation "
           "GPT-2 was trained with), or auto: gelu_tanh when model.init_from's weights have Hugging "
@@ -328,7 +337,7 @@ std::vector<Option> build_table() {
       row("model.activation_checkpointing", &C::model, &ModelConfig::activation_checkpointing, "false",
           "Keep only each gpt block's input for backward and run the block's forward again there "
           "(dropout and autocast as the first time): activation memory of one block instead of "
-          "all, for one more forward per step. gpt only. docs/fine-tuning.md."),
+          "all, for one more forward per step. gpt and llama. docs/fine-tuning.md."),
       row("model.unet_channels", &C::model, &ModelConfig::unet_channels, "32",
           "Channels of the unet's first level (a multiple of 8: its GroupNorms have 8 groups); level i "
           "has this times the i-th of model.unet_mults. docs/diffusion.md.",

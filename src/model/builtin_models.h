@@ -12,6 +12,7 @@ std::shared_ptr<Model> make_mlp(const config::ModelConfig& config, const ModelSp
 std::shared_ptr<Model> make_resnet(const config::ModelConfig& config, const ModelSpec& spec);
 std::shared_ptr<Model> make_unet(const config::ModelConfig& config, const ModelSpec& spec);
 std::shared_ptr<Model> make_gpt(const config::ModelConfig& config, const ModelSpec& spec);
+std::shared_ptr<Model> make_llama(const config::ModelConfig& config, const ModelSpec& spec);
 std::shared_ptr<Model> make_torchscript(const config::ModelConfig& config, const ModelSpec& spec);
 
 }  // namespace hpctrain::model

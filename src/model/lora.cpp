@@ -54,14 +54,23 @@ KeptTrainable kept_trainable(const std::string& text) {
   return kept;
 }
 
-// model.lora_targets for a TorchScript model: patterns on its modules' names (scripted_lora.h).
+// model.lora_targets for a TorchScript or llama model: names or patterns on its modules' names,
+// which the model matches (scripted_lora.h, llama.cpp).
 std::set<std::string> target_patterns(const config::ModelConfig& config) {
   const std::vector<std::string> items = comma_list(config.lora_targets);
   if (items.empty()) {
+    if (config.name == config::ModelName::kLlama) {
+      throw ConfigError("model.lora_targets is empty: name the llama model's layers that get adapters (e.g. "
+                        "q_proj,k_proj,v_proj,o_proj or all-linear)");
+    }
     throw ConfigError("model.lora_targets is empty: name the modules of model.path=" + config.path +
                       " whose weights get adapters (e.g. fc1,fc2 or 'layers.*.proj')");
   }
   return {items.begin(), items.end()};
+}
+
+bool takes_patterns(const config::ModelConfig& config) {
+  return config.name == config::ModelName::kTorchscript || config.name == config::ModelName::kLlama;
 }
 
 }  // namespace
@@ -95,16 +104,17 @@ bool has_adapters(Model& model) {
 void check_lora_options(const config::ModelConfig& config) {
   if (config.lora_rank == 0) return;
   const bool scripted = config.name == config::ModelName::kTorchscript;
-  if (!scripted && config.name != config::ModelName::kGpt) {
+  if (!takes_patterns(config) && config.name != config::ModelName::kGpt) {
     throw ConfigError(std::string("model.lora_rank=") + std::to_string(config.lora_rank) + ": model.name=" +
-                      config::name_of(config.name) + " takes no adapters; LoRA adapts model.name=gpt or torchscript");
+                      config::name_of(config.name) + " takes no adapters; LoRA adapts model.name=gpt, llama or "
+                      "torchscript");
   }
   if (scripted && config.lora_base_dtype == config::LoraBaseDtype::kBf16) {
     throw ConfigError("model.lora_base_dtype=bf16: a TorchScript model's code would meet bfloat16 weights it was not "
                       "written for; keep float32 (train.precision=bf16 still computes in bf16)");
   }
   kept_trainable(config.lora_train);
-  if (scripted) {
+  if (takes_patterns(config)) {
     target_patterns(config);
   } else {
     lora_targets(config);
@@ -116,8 +126,7 @@ void add_lora_adapters(Model& model, const config::ModelConfig& config) {
   check_lora_options(config);
   const KeptTrainable kept = kept_trainable(config.lora_train);
   const bool bf16_base = config.lora_base_dtype == config::LoraBaseDtype::kBf16;
-  const bool scripted = config.name == config::ModelName::kTorchscript;
-  const std::set<std::string> targets = scripted ? target_patterns(config) : lora_targets(config);
+  const std::set<std::string> targets = takes_patterns(config) ? target_patterns(config) : lora_targets(config);
   const bool added = model.add_adapters(lora_options(config), targets);
   HT_CHECK(added, "check_lora_options lets through only models that take adapters");
   const torch::NoGradGuard no_grad;

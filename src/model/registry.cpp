@@ -16,6 +16,7 @@ Factory factory(config::ModelName name) {
     case config::ModelName::kMlp: return make_mlp;
     case config::ModelName::kResnet: return make_resnet;
     case config::ModelName::kGpt: return make_gpt;
+    case config::ModelName::kLlama: return make_llama;
     case config::ModelName::kUnet: return make_unet;
     case config::ModelName::kTorchscript: return make_torchscript;
   }
@@ -29,8 +30,9 @@ std::shared_ptr<Model> make_model(const config::ModelConfig& config, const Model
     throw ConfigError(std::string("model ") + config::name_of(config.name) + ": the dataset declares " +
                       std::to_string(spec.num_classes) + " classes; a classifier needs at least 2");
   }
-  if (config.activation_checkpointing && config.name != config::ModelName::kGpt) {
-    throw ConfigError(std::string("model.activation_checkpointing recomputes a gpt's blocks; model.name=") +
+  const bool has_blocks = config.name == config::ModelName::kGpt || config.name == config::ModelName::kLlama;
+  if (config.activation_checkpointing && !has_blocks) {
+    throw ConfigError(std::string("model.activation_checkpointing recomputes a gpt's or llama's blocks; model.name=") +
                       config::name_of(config.name) + " has none to recompute: set it to false");
   }
   std::shared_ptr<Model> model = factory(config.name)(config, spec);

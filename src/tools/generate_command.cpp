@@ -23,6 +23,7 @@
 #include "hpctrain/launch/command_start.h"
 #include "hpctrain/launch/commands.h"
 #include "hpctrain/model/generate.h"
+#include "hpctrain/model/language_model.h"
 #include "hpctrain/runtime/device.h"
 #include "hpctrain/weights/init_from.h"
 
@@ -36,11 +37,13 @@ const char* kGenerateUsage =
     "           (--prompt TEXT | --prompts FILE) [--max-new-tokens N] [--temperature T] [--top-k K]\n"
     "           [--top-p P] [--seed S] [--tokenizer bytes|DATASET] [--no-kv-cache] [--batch-size B]\n"
     "           [--out FILE]\n\n"
-    "Continues each prompt with a language model (model.name=gpt, or a scripted language model):\n"
+    "Continues each prompt with a language model (model.name=gpt or llama, or a scripted language model):\n"
     "  --checkpoint FILE    a checkpoint of `hpctrain train`; its config gives the model and data\n"
     "                       (and with train.ema_decay, its moving average gives the weights)\n"
-    "  --weights FILE       weights as model.init_from reads them (safetensors, torch.save, a\n"
-    "                       checkpoint), with --config FILE [--section.key=value] for the model\n"
+    "  --weights FILE       weights as model.init_from reads them (safetensors, a Hugging Face model\n"
+    "                       directory, torch.save, a checkpoint), with --config FILE\n"
+    "                       [--section.key=value] for the model (model.name=llama: its config.json\n"
+    "                       is the directory's unless model.hf_config names one)\n"
     "  --prompts FILE       one prompt per line (empty lines skipped)\n"
     "  --max-new-tokens N   tokens to add (default 64)\n"
     "  --temperature T      0: greedy, deterministic; default 1\n"
@@ -49,7 +52,8 @@ const char* kGenerateUsage =
     "  --seed S             sampling is reproducible from it, at any rank count (default 0)\n"
     "  --tokenizer          bytes, or a dataset directory of `prepare text` whose tokenizer to use;\n"
     "                       default: that of the config's data.path\n"
-    "  --no-kv-cache        recompute the whole context for every token (gpt caches by default)\n"
+    "  --no-kv-cache        recompute the whole context for every token (gpt and llama cache by\n"
+    "                       default)\n"
     "  --batch-size B       continue up to B prompts of one token length together (default 1;\n"
     "                       a batch may round the logits' last bits otherwise than one prompt)\n"
     "  --out FILE           JSONL: prompt, completion, tokens (the new ids), tokens_per_s; default\n"
@@ -133,6 +137,12 @@ Loaded load_model(const config::ParsedArgs& parsed) {
   }
   if (parsed.config_file.empty()) throw ConfigError("generate: --weights needs --config FILE for the model");
   loaded.config = parsed.config;
+  config::ModelConfig& model = loaded.config.model;
+  if (model.name == config::ModelName::kLlama) {
+    // A model directory's config.json gives the shape, and its context the longest sequence.
+    if (model.hf_config.empty()) model.hf_config = parsed.flags.at("weights");
+    model.gpt_block_size = model::context_length(config::read_decoder_config(model.hf_config));
+  }
   const weights::WeightFile file = weights::WeightFile::open(parsed.flags.at("weights"));
   const weights::MappedWeights mapped = weights::map_weights(loaded.config.model, file);
   weights::resolve_gpt_activation(loaded.config.model, mapped.names);

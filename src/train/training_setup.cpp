@@ -33,21 +33,22 @@ int configure_threads(const config::TrainConfig& train) {
 
 namespace {
 
-// The gpt model learns from a token stream; a TorchScript module from either (its dry-run forward
+// The gpt and llama models learn from a token stream; a TorchScript module from either (its dry-run forward
 // checks that it fits); every other model from samples with labels.
 void check_model_fits_dataset(const config::Config& config, const data::Manifest& manifest, bool token_stream) {
   if (config.model.name == config::ModelName::kTorchscript) return;
-  const bool language_model = config.model.name == config::ModelName::kGpt;
+  const bool language_model =
+      config.model.name == config::ModelName::kGpt || config.model.name == config::ModelName::kLlama;
   if (language_model && !token_stream) {
     const data::FieldSpec& field = manifest.fields.front();
-    throw ConfigError("model.name=gpt learns from a token stream (`hpctrain prepare text`), but dataset " +
+    throw ConfigError(std::string("model.name=") + config::name_of(config.model.name) + " learns from a token stream (`hpctrain prepare text`), but dataset " +
                       config.data.path + " holds samples ('" + field.name + "' " + io::dtype_name(field.dtype) +
                       io::shape_text(field.shape) + ") with labels; choose a classifier (mlp, fashion_cnn, "
                       "resnet) or a token-stream dataset");
   }
   if (!language_model && token_stream) {
-    throw ConfigError("dataset " + config.data.path + " is a token stream, which only model.name=gpt and "
-                      "model.name=torchscript (a scripted language model) learn from; model.name=" +
+    throw ConfigError("dataset " + config.data.path + " is a token stream, which only model.name=gpt, llama and "
+                      "torchscript (a scripted language model) learn from; model.name=" +
                       config::name_of(config.model.name) + " learns from samples");
   }
 }

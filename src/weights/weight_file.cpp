@@ -3,10 +3,12 @@
 #include <ATen/ATen.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "hpctrain/core/error.h"
 #include "hpctrain/io/safetensors.h"
+#include "hpctrain/weights/hf_directory.h"
 #include "hpctrain/weights/pytorch_file.h"
 
 namespace hpctrain::weights {
@@ -54,6 +56,7 @@ const char* name_of(WeightFormat format) {
     case WeightFormat::kSafetensors: return "safetensors";
     case WeightFormat::kPytorch: return "PyTorch state_dict";
     case WeightFormat::kCheckpoint: return "hpctrain checkpoint";
+    case WeightFormat::kHfDirectory: return "Hugging Face model directory";
   }
   return "?";
 }
@@ -62,6 +65,13 @@ WeightFile WeightFile::open(const std::string& path) {
   static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "weights files are little-endian, read as they lie");
   WeightFile out;
   out.path_ = path;
+  if (std::filesystem::is_directory(path)) {
+    out.format_ = WeightFormat::kHfDirectory;
+    HfWeights weights = open_hf_weights(path);
+    out.tensors_ = std::move(weights.tensors);
+    out.keep_alive_ = std::move(weights.keep_alive);
+    return out;
+  }
   out.format_ = sniff(path);
   if (out.format_ == WeightFormat::kCheckpoint) {
     out.tensors_ = ckpt::CheckpointReader(path).read_group(ckpt::group::kModel);

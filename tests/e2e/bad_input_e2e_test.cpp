@@ -497,7 +497,7 @@ std::vector<Case> dataset_cases() {
        1, "{train}", 3, {"{data}: split 'train' is empty"}, RunDir::kNotCreated},
       {"TokenStreamForAnImageClassifier", Copy::kNothing, nullptr,
        1, "{train} --data.path={tokens}", 2,
-       {"dataset {tokens} is a token stream, which only model.name=gpt and model.name=torchscript"}, RunDir::kNotCreated},
+       {"dataset {tokens} is a token stream, which only model.name=gpt, llama and torchscript"}, RunDir::kNotCreated},
       {"GptOnImages", Copy::kNothing, nullptr,
        1, "{train} --model.name=gpt", 2,
        {"model.name=gpt learns from a token stream", "dataset {data} holds samples"}, RunDir::kNotCreated},

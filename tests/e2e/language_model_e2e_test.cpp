@@ -276,7 +276,7 @@ TEST_F(LanguageModelEndToEnd, AModelAndDatasetThatDoNotFitAreRefusedInOneLine) {
   refused(kBin + " train --data.path=" + samples + " --model.name=gpt --run.dir=" + work_ + "/r1", 2,
           "model.name=gpt learns from a token stream");
   refused(kBin + " train --data.path=" + tokens_ + " --data.eval_split=val --run.dir=" + work_ + "/r2", 2,
-          "is a token stream, which only model.name=gpt and model.name=torchscript");
+          "is a token stream, which only model.name=gpt, llama and torchscript");
   refused(kBin + " train --data.path=" + tokens_ + " --data.eval_split=val --model.name=gpt --data.random_flip=true" +
               " --run.dir=" + work_ + "/r3",
           2, "data.random_crop and data.random_flip augment images");

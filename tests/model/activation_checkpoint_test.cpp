@@ -117,7 +117,7 @@ TEST(ActivationCheckpointTest, OtherModelsRefuseIt) {
     make_model(config, {{4}, 3});
     FAIL() << "mlp took model.activation_checkpointing";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.activation_checkpointing recomputes a gpt's blocks"),
+    EXPECT_NE(std::string(e.what()).find("model.activation_checkpointing recomputes a gpt's or llama's blocks"),
               std::string::npos)
         << e.what();
   }

@@ -161,7 +161,7 @@ TEST(Models, GptRefusesSampleDataAndHeadsThatDoNotDivideTheWidth) {
 TEST(Models, EveryBuiltInChoiceOfTheOptionTableBuilds) {
   const config::Option* option = config::find_option("model.name");
   ASSERT_NE(option, nullptr);
-  EXPECT_EQ(option->allowed, "fashion_cnn|mlp|resnet|gpt|unet|torchscript");
+  EXPECT_EQ(option->allowed, "fashion_cnn|mlp|resnet|gpt|llama|unet|torchscript");  // llama: llama_test.cpp
   config::Config config;
   EXPECT_THROW(option->assign(config, "resnet9000"), ConfigError);
   for (const char* name : {"fashion_cnn", "mlp", "resnet", "unet"}) {

@@ -13,7 +13,7 @@
 namespace hpctrain::config {
 
 enum class DataIo { kMmap, kPosix, kMpio };
-enum class ModelName { kFashionCnn, kMlp, kResnet, kGpt, kUnet, kTorchscript };
+enum class ModelName { kFashionCnn, kMlp, kResnet, kGpt, kLlama, kUnet, kTorchscript };
 enum class InitNames { kAuto, kHpctrain, kHfGpt2 };
 enum class GptActivation { kGelu, kGeluTanh, kAuto };
 enum class LoraBaseDtype { kFloat32, kBf16 };
@@ -39,7 +39,7 @@ struct Choices;
     static constexpr std::array names{__VA_ARGS__};                         \
   }
 HT_CHOICES(DataIo, "mmap", "posix", "mpio");
-HT_CHOICES(ModelName, "fashion_cnn", "mlp", "resnet", "gpt", "unet", "torchscript");
+HT_CHOICES(ModelName, "fashion_cnn", "mlp", "resnet", "gpt", "llama", "unet", "torchscript");
 HT_CHOICES(InitNames, "auto", "hpctrain", "hf-gpt2");
 HT_CHOICES(GptActivation, "gelu", "gelu_tanh", "auto");
 HT_CHOICES(LoraBaseDtype, "float32", "bf16");
@@ -127,8 +127,9 @@ struct ModelConfig {
   bool unet_attention = false;        // self-attention at the unet's lowest resolution
   bool unet_class_cond = true;        // a class embedding (classifier-free guidance)
   double cond_drop = 0.1;             // probability a training sample's class is dropped
-  bool activation_checkpointing = false;  // recompute each gpt block in backward
+  bool activation_checkpointing = false;  // recompute each gpt or llama block in backward
   std::string path;                   // the TorchScript file of model.name=torchscript
+  std::string hf_config;              // model.name=llama's config.json; "": model.init_from's
   std::string init_from;              // weights to start from; "": random
   InitNames init_names = InitNames::kAuto;
   bool init_strict = true;

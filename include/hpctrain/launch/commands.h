@@ -14,6 +14,7 @@ using Args = std::vector<std::string>;
 int run_train(const Args& args);
 int run_eval(const Args& args);
 int run_generate(const Args& args);
+int run_forward(const Args& args);
 int run_sample(const Args& args);
 int run_prepare(const Args& args);
 int run_data(const Args& args);

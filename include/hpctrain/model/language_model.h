@@ -8,7 +8,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "hpctrain/config/decoder_config.h"
+
 namespace hpctrain::model {
+
+// A llama model's longest sequence: max_position_embeddings, or Mistral's sliding window when
+// shorter (attention limited to the window is not implemented, so no sequence may exceed it).
+std::int64_t context_length(const config::DecoderConfig& c);
 
 // Every attention layer's keys and values of the tokens seen so far, [B, heads, length, head_dim].
 struct KvCache {

@@ -1,6 +1,7 @@
 // Named tensors from a file of weights a user hands in: a safetensors file (its tensors are views
-// of the file's memory map, never copied), a PyTorch state_dict saved with torch.save, or an
-// hpctrain checkpoint (its /model group). The format is told by the file's first bytes.
+// of the file's memory map, never copied), a Hugging Face model directory (weights/hf_directory.h),
+// a PyTorch state_dict saved with torch.save, or an hpctrain checkpoint (its /model group). The
+// format is told by the file's first bytes.
 // Depends on io, ckpt and ATen.
 #pragma once
 
@@ -11,7 +12,7 @@
 
 namespace hpctrain::weights {
 
-enum class WeightFormat { kSafetensors, kPytorch, kCheckpoint };
+enum class WeightFormat { kSafetensors, kPytorch, kCheckpoint, kHfDirectory };
 
 const char* name_of(WeightFormat format);
 
