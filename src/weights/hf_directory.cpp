@@ -95,12 +95,6 @@ HfIndex parse_hf_index(const std::string& text, const std::string& where) {
   return index;
 }
 
-bool is_hf_model_directory(const std::string& path) {
-  std::error_code ec;
-  return fs::is_directory(path, ec) &&
-         (fs::exists(fs::path(path) / kSingleFile, ec) || fs::exists(fs::path(path) / kIndexFile, ec));
-}
-
 HfWeights open_hf_weights(const std::string& directory) {
   const fs::path dir(directory);
   std::error_code ec;

@@ -30,13 +30,6 @@ const std::string kReference = "/usr/bin/python3 " + kSource + "/tests/support/l
 const std::vector<std::string> kFamilies{"llama", "llama3", "qwen2", "qwen3", "mistral"};
 constexpr double kTolerance = 1e-5;  // float32 logits, relative to the largest
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 class LlamaEndToEnd : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -137,7 +130,7 @@ TEST_F(LlamaEndToEnd, TheFirstTrainingStepsLossAndGradientNormAreTheReferences) 
                                               "--data.eval_split="));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     json step;
-    std::istringstream lines(read_text(work_ + "/step-" + family + "/metrics.jsonl"));
+    std::istringstream lines(read_file(work_ + "/step-" + family + "/metrics.jsonl"));
     for (std::string line; std::getline(lines, line);) {
       const json record = json::parse(line);
       if (record.contains("loss")) step = record;
@@ -186,7 +179,7 @@ struct BrokenDirectory {
 };
 
 void edit_json(const std::string& path, const std::function<void(json&)>& change) {
-  json j = json::parse(read_text(path));
+  json j = json::parse(read_file(path));
   change(j);
   std::ofstream(path) << j.dump(2);
 }

@@ -22,9 +22,6 @@ struct HfIndex {
 // object with a weight_map of names to plain file names (no directories) and an integer total_size.
 HfIndex parse_hf_index(const std::string& text, const std::string& where);
 
-// Whether `path` is a directory with model.safetensors or model.safetensors.index.json.
-bool is_hf_model_directory(const std::string& path);
-
 struct HfWeights {
   ckpt::NamedTensors tensors;               // in the shards' order, then each shard's
   std::shared_ptr<const void> keep_alive;  // the mappings they view
