@@ -59,7 +59,9 @@ double positive_number(const std::string& where, const Json& object, const char*
 bool boolean(const std::string& where, const Json& object, const char* key, bool fallback) {
   const Json* value = find(object, key);
   if (value == nullptr) return fallback;
-  if (!value->is_boolean()) refuse(where, std::string("\"") + key + "\" is " + value->dump() + "; it must be true or false");
+  if (!value->is_boolean()) {
+    refuse(where, std::string("\"") + key + "\" is " + value->dump() + "; it must be true or false");
+  }
   return value->get<bool>();
 }
 
@@ -158,7 +160,9 @@ DecoderConfig parse_decoder_config(const std::string& content, const std::string
   if (c.model_type.empty()) refuse(where, "missing \"model_type\"; model.name=llama reads " + supported);
   bool known = false;
   for (const std::string& type : decoder_model_types()) known = known || type == c.model_type;
-  if (!known) refuse(where, "model_type \"" + c.model_type + "\" is not supported; model.name=llama reads " + supported);
+  if (!known) {
+    refuse(where, "model_type \"" + c.model_type + "\" is not supported; model.name=llama reads " + supported);
+  }
   c.vocab_size = required(where, json, "vocab_size", kMaxVocabulary);
   c.hidden_size = required(where, json, "hidden_size", kMaxDimension);
   c.layers = required(where, json, "num_hidden_layers", kMaxLayers);

@@ -164,7 +164,8 @@ class SwiGluImpl : public nn::Module {
   explicit SwiGluImpl(const config::DecoderConfig& c)
       : gate_proj_(register_module("gate_proj", AttentionImpl::linear(c.hidden_size, c.intermediate_size, c.mlp_bias))),
         up_proj_(register_module("up_proj", AttentionImpl::linear(c.hidden_size, c.intermediate_size, c.mlp_bias))),
-        down_proj_(register_module("down_proj", AttentionImpl::linear(c.intermediate_size, c.hidden_size, c.mlp_bias))) {}
+        down_proj_(
+            register_module("down_proj", AttentionImpl::linear(c.intermediate_size, c.hidden_size, c.mlp_bias))) {}
 
   at::Tensor forward(const at::Tensor& x) {
     const at::Tensor gated = torch::silu(adapted(gate_proj_, gate_lora_, x)) * adapted(up_proj_, up_lora_, x);
@@ -239,7 +240,9 @@ class Llama final : public nn::Module, public Model, public CachedLanguageModel 
       layers->push_back(layers_.back());
     }
     norm_ = body_->register_module("norm", RmsNorm(c.hidden_size, c.rms_norm_eps));
-    if (!c.tie_word_embeddings) lm_head_ = register_module("lm_head", AttentionImpl::linear(c.hidden_size, c.vocab_size, false));
+    if (!c.tie_word_embeddings) {
+      lm_head_ = register_module("lm_head", AttentionImpl::linear(c.hidden_size, c.vocab_size, false));
+    }
     initialize();
   }
 

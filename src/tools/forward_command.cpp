@@ -57,7 +57,9 @@ int run_forward(const Args& args) {
   }
   const config::ParsedArgs parsed = config::parse_args(args, flags, /*with_options=*/false, false);
   for (const char* flag : {"model", "inputs", "out"}) {
-    if (!parsed.has(flag)) throw ConfigError(std::string("forward: --") + flag + " is required (hpctrain forward --help)");
+    if (!parsed.has(flag)) {
+      throw ConfigError(std::string("forward: --") + flag + " is required (hpctrain forward --help)");
+    }
   }
   config::ModelConfig m;
   m.name = config::ModelName::kLlama;

@@ -77,14 +77,17 @@ TEST(DecoderConfigTest, ReadsLlama3RopeScalingAndEosLists) {
 TEST(DecoderConfigTest, RefusesWhatItCannotBuildInOneLine) {
   Json missing = llama();
   missing.erase("intermediate_size");
-  EXPECT_EQ(refusal(missing), "dir/config.json: missing \"intermediate_size\" (an integer), which the model's shape needs");
+  EXPECT_EQ(refusal(missing),
+            "dir/config.json: missing \"intermediate_size\" (an integer), which the model's shape needs");
   Json unknown = llama();
   unknown["model_type"] = "gemma2";
   EXPECT_EQ(refusal(unknown),
-            "dir/config.json: model_type \"gemma2\" is not supported; model.name=llama reads llama, qwen2, qwen3, mistral");
+            "dir/config.json: model_type \"gemma2\" is not supported; model.name=llama reads llama, qwen2, qwen3, "
+            "mistral");
   Json groups = llama();
   groups["num_key_value_heads"] = 3;
-  EXPECT_NE(refusal(groups).find("num_attention_heads=8 is not a multiple of num_key_value_heads=3"), std::string::npos);
+  EXPECT_NE(refusal(groups).find("num_attention_heads=8 is not a multiple of num_key_value_heads=3"),
+            std::string::npos);
   Json activation = llama();
   activation["hidden_act"] = "gelu";
   EXPECT_NE(refusal(activation).find("hidden_act \"gelu\" is not supported"), std::string::npos);

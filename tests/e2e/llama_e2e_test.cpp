@@ -45,7 +45,8 @@ class LlamaEndToEnd : public ::testing::Test {
       std::ofstream lines(work_ + "/lines.txt");
       for (int i = 0; i < 300; ++i) lines << "line " << (i * 37) % 101 << " of the llama text\n";
     }
-    const ProcessResult t = run_command(kBin + " prepare text --source " + work_ + "/lines.txt --out " + work_ + "/tokens");
+    const ProcessResult t =
+        run_command(kBin + " prepare text --source " + work_ + "/lines.txt --out " + work_ + "/tokens");
     ASSERT_EQ(t.exit_code, 0) << t.err;
   }
   static void TearDownTestSuite() { sys::remove_tree(work_); }
@@ -159,7 +160,8 @@ TEST_F(LlamaEndToEnd, AShardedDirectoryLoadsAsOneFile) {
 TEST_F(LlamaEndToEnd, ZeroStageThreeAtThreeRanksEqualsStageZero) {
   const std::string common = "--model.gpt_block_size=16 --train.batch_size=2 --train.max_steps=4 --data.eval_split=val";
   for (const std::string stage : {"0", "3"}) {
-    const ProcessResult r = run_command(train(3, "qwen3", "tokens", "zero" + stage, common + " --dist.zero_stage=" + stage));
+    const ProcessResult r =
+        run_command(train(3, "qwen3", "tokens", "zero" + stage, common + " --dist.zero_stage=" + stage));
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
   const std::string zero0 = work_ + "/zero0/checkpoints/ckpt-4.h5";
@@ -224,7 +226,8 @@ TEST_F(LlamaEndToEnd, BrokenModelDirectoriesAreRefusedInOneLineWithNoRunDirector
     const std::string dir = "broken-" + c.name;
     fs::copy(work_ + "/llama-sharded", work_ + "/" + dir, fs::copy_options::recursive);
     c.damage(work_ + "/" + dir);
-    const ProcessResult r = run_command(train(1, dir, "tokens", "run-" + c.name, "--model.gpt_block_size=16 --data.eval_split=val"));
+    const ProcessResult r =
+        run_command(train(1, dir, "tokens", "run-" + c.name, "--model.gpt_block_size=16 --data.eval_split=val"));
     EXPECT_EQ(r.exit_code, c.code) << r.err;
     EXPECT_EQ(count_lines_with(r.err, "hpctrain: error:"), 1) << r.err;
     EXPECT_NE(r.err.find(c.fragment), std::string::npos) << r.err;
@@ -239,7 +242,8 @@ TEST_F(LlamaEndToEnd, AnIntegerWeightIsRefused) {
   const ProcessResult made = run_command(
       "/usr/bin/python3 -c \"import sys; sys.path.insert(0, '" + kSource + "/tests/support'); "
       "import torch, gpt2_reference as g; t = g.read_safetensors('" + dir + "/model.safetensors'); "
-      "t['model.norm.weight'] = t['model.norm.weight'].long(); g.write_safetensors('" + dir + "/model.safetensors', t)\"");
+      "t['model.norm.weight'] = t['model.norm.weight'].long(); "
+      "g.write_safetensors('" + dir + "/model.safetensors', t)\"");
   ASSERT_EQ(made.exit_code, 0) << made.err;
   const ProcessResult r = run_command(kBin + " forward --model " + dir + " --inputs " + dir +
                                       "/tokens.safetensors --out " + work_ + "/dtype-out.safetensors");

@@ -52,9 +52,10 @@ TEST_F(LlamaTest, ParametersCarryHuggingFacesNames) {
   torch::manual_seed(1);
   const auto separate = make_model(options(R"(, "tie_word_embeddings": false)"), {{16}, 64, true});
   const std::vector<std::string> n = names(*separate);
-  for (const char* expected : {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
-                               "model.layers.1.self_attn.k_norm.weight", "model.layers.1.mlp.gate_proj.weight",
-                               "model.layers.0.post_attention_layernorm.weight", "model.norm.weight", "lm_head.weight"}) {
+  for (const char* expected :
+       {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight", "model.layers.1.self_attn.k_norm.weight",
+        "model.layers.1.mlp.gate_proj.weight", "model.layers.0.post_attention_layernorm.weight", "model.norm.weight",
+        "lm_head.weight"}) {
     EXPECT_NE(std::find(n.begin(), n.end(), expected), n.end()) << expected;
   }
   EXPECT_EQ(separate->blocks().size(), 2u);

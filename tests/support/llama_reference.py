@@ -153,7 +153,8 @@ class Mlp(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         h, i = cfg["hidden_size"], cfg["intermediate_size"]
-        self.gate_proj, self.up_proj, self.down_proj = nn.Linear(h, i, False), nn.Linear(h, i, False), nn.Linear(i, h, False)
+        self.gate_proj, self.up_proj = nn.Linear(h, i, bias=False), nn.Linear(h, i, bias=False)
+        self.down_proj = nn.Linear(i, h, bias=False)
 
     def forward(self, x):
         gate, up = (self.up_proj, self.gate_proj) if MUTATION == "gate-up" else (self.gate_proj, self.up_proj)
