@@ -3,10 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "hpctrain/core/error.h"
+#include "hpctrain/core/system.h"
 
 namespace hpctrain::config {
 namespace {
@@ -14,7 +13,7 @@ namespace {
 using Json = nlohmann::json;
 
 // config.json files are a few kilobytes; a larger one is not a model's configuration.
-constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
+constexpr std::int64_t kMaxConfigBytes = 1 << 20;
 // Bounds that no released model comes near, so a typo fails here rather than in an allocation.
 constexpr std::int64_t kMaxDimension = 1 << 20;
 constexpr std::int64_t kMaxVocabulary = 1 << 24;
@@ -203,17 +202,17 @@ DecoderConfig read_decoder_config(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const std::string file = fs::is_directory(path, ec) ? (fs::path(path) / "config.json").string() : path;
-  const std::uintmax_t size = fs::file_size(file, ec);
-  if (ec) {
-    throw ConfigError(file + ": cannot read the model's config.json (" + ec.message() +
-                      "); model.init_from names a Hugging Face model directory, model.hf_config its config.json");
-  }
-  if (size > kMaxConfigBytes) refuse(file, "larger than 1 MiB; not a model's config.json");
-  std::ifstream in(file, std::ios::binary);
-  std::stringstream content;
-  content << in.rdbuf();
-  if (!in) throw ConfigError(file + ": cannot read the model's config.json");
-  return parse_decoder_config(content.str(), file);
+  const std::string text = sys::read_small_file<ConfigError>(
+      file, kMaxConfigBytes, "the model's config.json",
+      "model.init_from names a Hugging Face model directory, model.hf_config its config.json");
+  return parse_decoder_config(text, file);
+}
+
+std::string decoder_config_path(const ModelConfig& config) {
+  if (!config.hf_config.empty()) return config.hf_config;
+  if (!config.init_from.empty()) return config.init_from;
+  throw ConfigError("model.name=llama takes its shape from a Hugging Face config.json: set model.init_from to a model "
+                    "directory, or model.hf_config to a config.json (configs/models/ has some) to train from scratch");
 }
 
 }  // namespace hpctrain::config

@@ -264,6 +264,20 @@ int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
 
 }  // namespace
 
+std::string try_read_small_file(const std::string& path, std::int64_t max_bytes, const std::string& what,
+                                std::string& bytes) {
+  std::error_code error;
+  const std::uintmax_t size = std::filesystem::file_size(path, error);
+  if (error) return path + ": cannot read " + what + " (" + error.message() + ")";
+  if (size > static_cast<std::uintmax_t>(max_bytes)) {
+    return path + ": " + std::to_string(size) + " bytes, more than " + std::to_string(max_bytes) + " for " + what;
+  }
+  std::ifstream in(path, std::ios::binary);
+  bytes.assign(static_cast<size_t>(size), '\0');
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(size))) return path + ": cannot read " + what;
+  return "";
+}
+
 void remove_tree(const std::string& path) {
   struct stat info {};
   if (::lstat(path.c_str(), &info) != 0 && errno == ENOENT) return;

@@ -3,31 +3,18 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 
 #include "hpctrain/core/error.h"
+#include "hpctrain/core/system.h"
 
 namespace hpctrain::data {
 namespace {
 
 // Tokenizer files are a few MB (GPT-2's: 1.0 and 0.5 MB); anything far larger is not one.
-constexpr std::uintmax_t kMaxFileBytes = 256u << 20;
+constexpr std::int64_t kMaxFileBytes = 256 << 20;
 constexpr std::int64_t kMaxVocabulary = 65536;  // uint16 token ids
-
-std::string read_small_file(const std::string& path) {
-  std::error_code error;
-  const std::uintmax_t size = std::filesystem::file_size(path, error);
-  if (error) throw DataError(path + ": cannot read the tokenizer file (" + error.message() + ")");
-  if (size > kMaxFileBytes) {
-    throw DataError(path + ": " + std::to_string(size) + " bytes is too large for a tokenizer file");
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes(static_cast<size_t>(size), '\0');
-  if (!in.read(bytes.data(), static_cast<std::streamsize>(size))) throw DataError(path + ": cannot read");
-  return bytes;
-}
 
 // Decodes one code point at `i` (advanced past it); a bad sequence reads as U+FFFD, one byte.
 char32_t next_code_point(std::string_view s, size_t& i) {
@@ -189,7 +176,7 @@ std::vector<std::string> gpt2_pretokens(std::string_view utf8) {
 
 Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& encoder_json, const std::string& merges) {
   Gpt2Tokenizer t;
-  const nlohmann::json encoder = nlohmann::json::parse(read_small_file(encoder_json), nullptr, false);
+  const nlohmann::json encoder = nlohmann::json::parse(sys::read_small_file<DataError>(encoder_json, kMaxFileBytes, "a tokenizer file"), nullptr, false);
   if (!encoder.is_object() || encoder.empty()) {
     throw DataError(encoder_json + ": not GPT-2's encoder.json (a JSON object of token -> id)");
   }
@@ -214,7 +201,7 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& encoder_json, const std::st
       throw DataError(encoder_json + ": byte " + std::to_string(b) + " has no token of its own");
     }
   }
-  const std::string text = read_small_file(merges);
+  const std::string text = sys::read_small_file<DataError>(merges, kMaxFileBytes, "a tokenizer file");
   size_t line_number = 0;
   std::int32_t rank = 0;
   std::string a;

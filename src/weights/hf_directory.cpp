@@ -4,12 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "hpctrain/core/error.h"
+#include "hpctrain/core/system.h"
 #include "hpctrain/io/safetensors.h"
 
 namespace hpctrain::weights {
@@ -20,22 +19,10 @@ using Json = nlohmann::json;
 
 const char* const kSingleFile = "model.safetensors";
 const char* const kIndexFile = "model.safetensors.index.json";
-constexpr std::uintmax_t kMaxIndexBytes = 64 << 20;  // a 405B model's index is about 100 KB
+constexpr std::int64_t kMaxIndexBytes = 64 << 20;  // a 405B model's index is about 100 KB
 
 [[noreturn]] void refuse(const std::string& where, const std::string& what) {
   throw CheckpointError(where + ": " + what);
-}
-
-std::string read_text(const std::string& path) {
-  std::error_code ec;
-  const std::uintmax_t size = fs::file_size(path, ec);
-  if (ec) refuse(path, "cannot read (" + ec.message() + ")");
-  if (size > kMaxIndexBytes) refuse(path, "larger than 64 MiB; not a weights index");
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream content;
-  content << in.rdbuf();
-  if (!in) refuse(path, "cannot read");
-  return content.str();
 }
 
 // A shard's name must stay inside the directory.
@@ -104,7 +91,10 @@ HfWeights open_hf_weights(const std::string& directory) {
                           " is here; a Hugging Face model directory holds its weights as safetensors");
   }
   const std::string index_path = (dir / kIndexFile).string();
-  const HfIndex index = indexed ? parse_hf_index(read_text(index_path), index_path) : HfIndex{};
+  const HfIndex index =
+      indexed ? parse_hf_index(sys::read_small_file<CheckpointError>(index_path, kMaxIndexBytes, "a weights index"),
+                               index_path)
+              : HfIndex{};
   auto shards = std::make_shared<Shards>();
   HfWeights out;
   std::set<std::string> seen;

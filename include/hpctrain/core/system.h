@@ -75,6 +75,22 @@ void start_writeback(const std::string& path);
 // content, never a half-written one. Throws hpctrain::Error with errno's text on failure.
 void publish_atomically(const std::string& temp, const std::string& target);
 
+// The whole of a small file a user hands in (a config, an index, a vocabulary), its size checked
+// before anything is allocated, into `bytes`. Returns "" or what went wrong: "PATH: cannot read
+// WHAT (reason)", "PATH: N bytes, more than LIMIT for WHAT".
+std::string try_read_small_file(const std::string& path, std::int64_t max_bytes, const std::string& what,
+                                std::string& bytes);
+
+// The same, throwing E (ConfigError, DataError, ...) with what went wrong and `hint`.
+template <class E>
+std::string read_small_file(const std::string& path, std::int64_t max_bytes, const std::string& what,
+                            const std::string& hint = "") {
+  std::string bytes;
+  const std::string error = try_read_small_file(path, max_bytes, what, bytes);
+  if (!error.empty()) throw E(error + (hint.empty() ? "" : "; " + hint));
+  return bytes;
+}
+
 // Removes `path` and everything below it, like `rm -rf`; nothing to do if it does not exist.
 // Throws hpctrain::Error naming the entry that could not be removed. Use it instead of
 // std::filesystem::remove_all: the libtorch of pip's torch wheels exports its own copy of that
