@@ -379,20 +379,37 @@ NamedTensors CheckpointReader::read_group(const std::string& group) const {
 
 NamedTensors CheckpointReader::read_group_unchecked(const std::string& group) const {
   NamedTensors out;
-  for (const auto& name : file_.list_datasets(group)) {
-    const io::DatasetInfo info = file_.info(group + "/" + name);
-    at::Tensor host;
-    try {
-      host = at::empty(info.shape, at::TensorOptions().dtype(scalar_type(info.dtype)));
-    } catch (const c10::Error&) {
-      throw CheckpointError(path_ + ": " + group + "/" + name + " declares the shape " + io::shape_text(info.shape) +
-                            ", which cannot be allocated; the file is damaged");
-    }
-    file_.read(group + "/" + name, info.dtype == io::DType::kUInt16 ? io::DType::kInt32 : info.dtype,
-               host.data_ptr());
-    out.emplace_back(name, host);
-  }
+  for (const auto& name : file_.list_datasets(group)) out.emplace_back(name, read_tensor_unchecked(group + "/" + name));
   return out;
+}
+
+at::Tensor CheckpointReader::read_tensor_unchecked(const std::string& path) const {
+  const io::DatasetInfo info = file_.info(path);
+  at::Tensor host;
+  try {
+    host = at::empty(info.shape, at::TensorOptions().dtype(scalar_type(info.dtype)));
+  } catch (const c10::Error&) {
+    throw CheckpointError(path_ + ": " + path + " declares the shape " + io::shape_text(info.shape) +
+                          ", which cannot be allocated; the file is damaged");
+  }
+  file_.read(path, info.dtype == io::DType::kUInt16 ? io::DType::kInt32 : info.dtype, host.data_ptr());
+  return host;
+}
+
+at::Tensor CheckpointReader::read_tensor(const std::string& group, const std::string& name) const {
+  return as_checkpoint_error([&] { return read_tensor_unchecked(group + "/" + name); });
+}
+
+std::vector<StoredTensor> CheckpointReader::list_group(const std::string& group) const {
+  return as_checkpoint_error([&] {
+    std::vector<StoredTensor> out;
+    if (!file_.exists(group)) return out;
+    for (const auto& name : file_.list_datasets(group)) {
+      const io::DatasetInfo info = file_.info(group + "/" + name);
+      out.push_back({name, info.shape, scalar_type(info.dtype)});
+    }
+    return out;
+  });
 }
 
 std::int64_t CheckpointReader::verify() const {

@@ -361,14 +361,6 @@ class Llama final : public nn::Module, public Model, public CachedLanguageModel 
   std::unique_ptr<LoraAdapter> head_lora_;
 };
 
-// model.hf_config, else model.init_from's directory.
-std::string decoder_config_path(const config::ModelConfig& config) {
-  if (!config.hf_config.empty()) return config.hf_config;
-  if (!config.init_from.empty()) return config.init_from;
-  throw ConfigError("model.name=llama takes its shape from a Hugging Face config.json: set model.init_from to a model "
-                    "directory, or model.hf_config to a config.json (configs/models/ has some) to train from scratch");
-}
-
 }  // namespace
 
 std::int64_t context_length(const config::DecoderConfig& c) {
@@ -376,7 +368,7 @@ std::int64_t context_length(const config::DecoderConfig& c) {
 }
 
 std::shared_ptr<Model> make_llama(const config::ModelConfig& config, const ModelSpec& spec) {
-  const config::DecoderConfig shape = config::read_decoder_config(decoder_config_path(config));
+  const config::DecoderConfig shape = config::read_decoder_config(config::decoder_config_path(config));
   if (spec.num_classes > shape.vocab_size) {
     throw ConfigError("data.path's tokens take " + std::to_string(spec.num_classes) + " values, more than " +
                       shape.where + "'s vocab_size " + std::to_string(shape.vocab_size) +

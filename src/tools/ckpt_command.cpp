@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hpctrain/ckpt/checkpoint.h"
+#include "hpctrain/config/decoder_config.h"
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/system.h"
@@ -23,6 +24,7 @@
 #include "hpctrain/weights/init_from.h"
 #include "hpctrain/weights/model_weights.h"
 #include "hpctrain/weights/weight_writer.h"
+#include "ckpt_export.h"
 
 namespace hpctrain::cli {
 namespace {
@@ -31,7 +33,9 @@ const char* kCkptUsage =
     "usage: hpctrain ckpt inspect FILE\n"
     "       hpctrain ckpt verify FILE\n"
     "       hpctrain ckpt export FILE --out OUT [--format pytorch|safetensors] [--names hpctrain|hf-gpt2]\n"
-    "                            [--merge] [--ema]\n\n"
+    "                            [--merge] [--ema]\n"
+    "       hpctrain ckpt export FILE --format hf --out DIR [--dtype float32|bfloat16|float16]\n"
+    "                            [--max-shard-size 5GB] [--merge] [--ema]\n\n"
     "inspect: the metadata (step, epoch, sampler cursor, world size, versions, config) and every\n"
     "         tensor with its dtype, shape and size, group by group.\n"
     "verify:  reads every tensor, so every fletcher32 checksum is checked; exit 4 names the\n"
@@ -44,7 +48,15 @@ const char* kCkptUsage =
     "         adapter_model.safetensors names and an adapter_config.json beside OUT; with --merge,\n"
     "         the whole model with the adapters folded into the base (W + alpha/r B A).\n"
     "         docs/fine-tuning.md. --ema: the moving average of the trained weights (a run with\n"
-    "         train.ema_decay) in their place.\n";
+    "         train.ema_decay) in their place.\n"
+    "         --format hf (model.name=llama): a Hugging Face model directory, as transformers'\n"
+    "         from_pretrained reads it: config.json (torch_dtype as written), model.safetensors or\n"
+    "         shards of at most --max-shard-size with model.safetensors.index.json, and the source\n"
+    "         directory's tokenizer and generation files; --dtype defaults to config.json's torch_dtype.\n"
+    "         Tensors are read one shard at a time, never the whole model at once (a stage-3 run's too).\n"
+    "         Of a LoRA run: a PEFT adapter directory (adapter_config.json, adapter_model.safetensors);\n"
+    "         with --merge, the whole model, adapters folded in. DIR must be new or empty; it appears\n"
+    "         whole or not at all.\n";
 
 int inspect(const ckpt::CheckpointReader& reader) {
   const ckpt::CheckpointMeta& m = reader.meta();
@@ -77,7 +89,7 @@ int verify(const ckpt::CheckpointReader& reader) {
   return 0;
 }
 
-// --format (pytorch, safetensors), with --to state_dict kept as the older spelling of pytorch.
+// --format (pytorch, safetensors; hf is export_hf_directory's), with --to state_dict kept as the older spelling of pytorch.
 weights::WeightFormat export_format(const config::ParsedArgs& parsed) {
   const std::string format = parsed.has("format") ? parsed.flags.at("format") : "pytorch";
   const std::string to = parsed.has("to") ? parsed.flags.at("to") : "state_dict";
@@ -87,7 +99,7 @@ weights::WeightFormat export_format(const config::ParsedArgs& parsed) {
   }
   if (format == "pytorch") return weights::WeightFormat::kPytorch;
   if (format == "safetensors") return weights::WeightFormat::kSafetensors;
-  throw ConfigError("ckpt export: --format '" + format + "' is not pytorch or safetensors");
+  throw ConfigError("ckpt export: --format '" + format + "' is not pytorch, safetensors or hf");
 }
 
 // The shapes of the model `config` trains: a gpt's vocabulary from its model.init_from (or the
@@ -100,34 +112,13 @@ model::ModelSpec trained_model_spec(const config::Config& config) {
     config::ModelConfig shape = m;
     weights::fill_gpt_shape(shape, weights::map_weights(shape, file).tensors, vocabulary);
   }
+  if (m.name == config::ModelName::kLlama) {
+    vocabulary = config::read_decoder_config(config::decoder_config_path(m)).vocab_size;
+  }
   if (vocabulary != 0) return {{m.gpt_block_size}, vocabulary, true};
   const data::Manifest manifest = data::Manifest::load(config.data.path);
   if (data::is_token_stream(manifest)) return {{m.gpt_block_size}, manifest.num_classes, true};
   return {manifest.fields.front().shape, manifest.num_classes};
-}
-
-// The whole model of a LoRA checkpoint with its adapters folded into the base weights.
-ckpt::NamedTensors merged_weights(const ckpt::CheckpointReader& reader, const config::Config& config,
-                                  weights::Weights which) {
-  if (config.model.name == config::ModelName::kGpt && model::lora_targets(config.model).count("head") != 0) {
-    throw ConfigError("ckpt export --merge: the adapter on the head (model.lora_targets=head) cannot be merged: the "
-                      "head is the token embedding's weight, which merging would change for the inputs too; export "
-                      "the adapters without --merge");
-  }
-  const std::shared_ptr<model::Model> model = checkpoint_model(reader, config, trained_model_spec(config), which);
-  ckpt::NamedTensors weights = weights::all_weights(*model);
-  for (auto& [name, tensor] : weights) {
-    if (tensor.is_floating_point()) tensor = tensor.to(at::kFloat);  // a bf16 base's merged in full
-  }
-  ckpt::NamedTensors merged = model::merge_adapters(weights, model::lora_options(config.model).scale());
-  // A tied weight's second name holds what its first does, merged (a TorchScript model's).
-  std::map<std::string, at::Tensor> by_name(merged.begin(), merged.end());
-  for (const model::TiedParameter& tied : model->tied_parameters()) {
-    for (auto& [name, tensor] : merged) {
-      if (name == tied.name) tensor = by_name.at(tied.same_as);
-    }
-  }
-  return merged;
 }
 
 // PEFT's adapter_config.json for the adapters of `config`, written beside `out`.
@@ -152,22 +143,6 @@ std::string write_adapter_config(const std::string& out, const config::ModelConf
   file << adapter.dump(2) << "\n";
   if (!file) throw ConfigError("ckpt export: cannot write " + path);
   return path;
-}
-
-// The model group's tensors with the moving average's (the ema group) in place of the trained
-// weights of the same names; one the model group lacks, or of another shape, is a damaged file.
-ckpt::NamedTensors averaged(const ckpt::CheckpointReader& reader, ckpt::NamedTensors tensors) {
-  std::map<std::string, at::Tensor*> by_name;
-  for (auto& [name, tensor] : tensors) by_name[name] = &tensor;
-  for (auto& [name, average] : reader.read_group(ckpt::group::kEma)) {
-    const auto found = by_name.find(name);
-    if (found == by_name.end() || !found->second->sizes().equals(average.sizes()) ||
-        found->second->scalar_type() != average.scalar_type()) {
-      throw CheckpointError(reader.path() + ": ema/" + name + " has no weight of its name, shape and dtype in /model");
-    }
-    *found->second = average;
-  }
-  return tensors;
 }
 
 int export_weights(const ckpt::CheckpointReader& reader, const config::ParsedArgs& parsed) {
@@ -221,10 +196,48 @@ int export_weights(const ckpt::CheckpointReader& reader, const config::ParsedArg
 
 }  // namespace
 
+ckpt::NamedTensors merged_weights(const ckpt::CheckpointReader& reader, const config::Config& config,
+                                  weights::Weights which) {
+  if (config.model.name == config::ModelName::kGpt && model::lora_targets(config.model).count("head") != 0) {
+    throw ConfigError("ckpt export --merge: the adapter on the head (model.lora_targets=head) cannot be merged: the "
+                      "head is the token embedding's weight, which merging would change for the inputs too; export "
+                      "the adapters without --merge");
+  }
+  const std::shared_ptr<model::Model> model = checkpoint_model(reader, config, trained_model_spec(config), which);
+  ckpt::NamedTensors weights = weights::all_weights(*model);
+  for (auto& [name, tensor] : weights) {
+    if (tensor.is_floating_point()) tensor = tensor.to(at::kFloat);  // a bf16 base's merged in full
+  }
+  ckpt::NamedTensors merged = model::merge_adapters(weights, model::lora_options(config.model).scale());
+  // A tied weight's second name holds what its first does, merged (a TorchScript model's).
+  std::map<std::string, at::Tensor> by_name(merged.begin(), merged.end());
+  for (const model::TiedParameter& tied : model->tied_parameters()) {
+    for (auto& [name, tensor] : merged) {
+      if (name == tied.name) tensor = by_name.at(tied.same_as);
+    }
+  }
+  return merged;
+}
+
+// One the model group lacks, or of another shape, is a damaged file.
+ckpt::NamedTensors averaged(const ckpt::CheckpointReader& reader, ckpt::NamedTensors tensors) {
+  std::map<std::string, at::Tensor*> by_name;
+  for (auto& [name, tensor] : tensors) by_name[name] = &tensor;
+  for (auto& [name, average] : reader.read_group(ckpt::group::kEma)) {
+    const auto found = by_name.find(name);
+    if (found == by_name.end() || !found->second->sizes().equals(average.sizes()) ||
+        found->second->scalar_type() != average.scalar_type()) {
+      throw CheckpointError(reader.path() + ": ema/" + name + " has no weight of its name, shape and dtype in /model");
+    }
+    *found->second = average;
+  }
+  return tensors;
+}
+
 int run_ckpt(const Args& args) {
   const std::vector<config::Flag> flags{
-      {"format", true, ""}, {"names", true, ""}, {"to", true, ""}, {"out", true, ""}, {"merge", false, ""},
-      {"ema", false, ""}};
+      {"format", true, ""}, {"names", true, ""}, {"to", true, ""},     {"out", true, ""},
+      {"merge", false, ""}, {"ema", false, ""},  {"dtype", true, ""}, {"max-shard-size", true, ""}};
   if (wants_help(args)) {
     std::cout << kCkptUsage;
     return 0;
@@ -238,6 +251,10 @@ int run_ckpt(const Args& args) {
   const ckpt::CheckpointReader reader(parsed.positionals[1]);
   if (action == "inspect") return inspect(reader);
   if (action == "verify") return verify(reader);
+  if (parsed.has("format") && parsed.flags.at("format") == "hf") return export_hf_directory(reader, parsed);
+  for (const char* flag : {"dtype", "max-shard-size"}) {
+    if (parsed.has(flag)) throw ConfigError(std::string("ckpt export: --") + flag + " is for --format hf");
+  }
   return export_weights(reader, parsed);
 }
 

@@ -2,7 +2,8 @@
 // the real executable, for each family at small shapes with grouped-query attention: `hpctrain
 // forward`'s logits, greedy generation with and without the KV cache, the first training step's
 // loss and gradient norm, a sharded directory against one file, ZeRO stage 3 against stage 0;
-// the reference's own mistakes (a wrong RoPE, swapped gate/up, KV heads repeated in the wrong
+// `ckpt export --format hf` of a stage-3 run and of a LoRA run (a PEFT adapter, a merged model),
+// loaded strictly by the reference; the reference's own mistakes (a wrong RoPE, swapped gate/up, KV heads repeated in the wrong
 // order) are far outside the tolerance; broken model directories are refused in one line, with
 // their exit code and no run directory.
 #include <gtest/gtest.h>
@@ -56,11 +57,12 @@ class LlamaEndToEnd : public ::testing::Test {
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
 
-  // `hpctrain forward` on the directory's tokens.safetensors; the logits' file.
-  static std::string forward(const std::string& model) {
+  // `hpctrain forward` on the tokens.safetensors of directory `tokens_of` (default: the model's);
+  // the logits' file.
+  static std::string forward(const std::string& model, const std::string& tokens_of = "") {
     const std::string out = work_ + "/" + model + "-ours.safetensors";
     const ProcessResult r = run_command(kBin + " forward --model " + work_ + "/" + model + " --inputs " + work_ + "/" +
-                                        model + "/tokens.safetensors --out " + out);
+                                        (tokens_of.empty() ? model : tokens_of) + "/tokens.safetensors --out " + out);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return out;
   }
@@ -170,6 +172,77 @@ TEST_F(LlamaEndToEnd, ZeroStageThreeAtThreeRanksEqualsStageZero) {
   EXPECT_LT(relative_difference(zero0, zero3, "optim"), 1e-5);
   std::printf("stage 3 against stage 0: model %.3g, optim %.3g\n", relative_difference(zero0, zero3, "model"),
               relative_difference(zero0, zero3, "optim"));
+}
+
+// A stage-3 checkpoint exported as a sharded Hugging Face directory: the reference loads it
+// strictly, its tensors are the checkpoint's (as the single-file export has them), its logits are
+// ours on it; bf16 on request; an existing directory is left alone.
+TEST_F(LlamaEndToEnd, ExportOfAStageThreeRunIsADirectoryTheReferenceLoads) {
+  const ProcessResult trained = run_command(train(3, "qwen2", "tokens", "export-run",
+                                                  "--model.gpt_block_size=16 --train.batch_size=2 --train.max_steps=2 "
+                                                  "--data.eval_split=val --dist.zero_stage=3"));
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  const std::string ckpt = work_ + "/export-run/checkpoints/ckpt-2.h5";
+  const std::string out = work_ + "/exported";
+  const ProcessResult r = run_command(kBin + " ckpt export " + ckpt + " --format hf --out " + out +
+                                      " --max-shard-size 20KB");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("5 safetensors file(s)"), std::string::npos) << r.out;
+  const json index = json::parse(read_file(out + "/model.safetensors.index.json"));
+  EXPECT_EQ(index["weight_map"]["model.norm.weight"], "model-00005-of-00005.safetensors");
+  EXPECT_FALSE(index["weight_map"].contains("lm_head.weight")) << "qwen2's output layer is tied";
+  EXPECT_EQ(json::parse(read_file(out + "/config.json"))["torch_dtype"], "float32");
+
+  const ProcessResult flat = run_command(kBin + " ckpt export " + ckpt + " --format safetensors --out " + work_ +
+                                         "/export-flat.safetensors");
+  ASSERT_EQ(flat.exit_code, 0) << flat.err;
+  const ProcessResult same = run_command(kReference + " same-weights " + out + " " + work_ + "/export-flat.safetensors");
+  ASSERT_EQ(same.exit_code, 0) << same.out << same.err;
+  EXPECT_EQ(json::parse(same.out)["max_abs_difference"].get<double>(), 0.0) << same.out;
+
+  const std::string tokens = work_ + "/qwen2/tokens.safetensors";
+  const ProcessResult theirs =
+      run_command(kReference + " logits " + out + " --tokens " + tokens + " --out " + work_ + "/exported-ref.safetensors");
+  ASSERT_EQ(theirs.exit_code, 0) << theirs.err;
+  EXPECT_LT(difference(forward("exported", "qwen2"), work_ + "/exported-ref.safetensors"), kTolerance);
+  EXPECT_GT(difference(work_ + "/exported-ref.safetensors", work_ + "/qwen2/expected.safetensors"), 1e-3)
+      << "training changed nothing";
+
+  const ProcessResult half = run_command(kBin + " ckpt export " + ckpt + " --format hf --dtype bfloat16 --out " +
+                                         work_ + "/exported-bf16");
+  ASSERT_EQ(half.exit_code, 0) << half.err;
+  EXPECT_EQ(json::parse(read_file(work_ + "/exported-bf16/config.json"))["torch_dtype"], "bfloat16");
+  EXPECT_LT(fs::file_size(work_ + "/exported-bf16/model.safetensors"), 50'000u);  // 2 bytes a weight
+
+  const ProcessResult again = run_command(kBin + " ckpt export " + ckpt + " --format hf --out " + out);
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_NE(again.err.find("exists and is not an empty directory"), std::string::npos) << again.err;
+  EXPECT_TRUE(fs::exists(out + "/model-00001-of-00005.safetensors"));
+}
+
+// A LoRA run's adapters as a PEFT adapter directory, which the reference applies as PEFT does,
+// and --merge's model: the same logits.
+TEST_F(LlamaEndToEnd, ALoraRunExportsAPeftAdapterAndTheMergedModel) {
+  const ProcessResult trained = run_command(
+      train(1, "llama", "tokens", "lora-run",
+            "--model.gpt_block_size=16 --train.batch_size=2 --train.max_steps=3 --data.eval_split=val "
+            "--model.lora_rank=4 --model.lora_alpha=8 --model.lora_targets=q_proj,v_proj,down_proj --optim.lr=0.01"));
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  const std::string ckpt = work_ + "/lora-run/checkpoints/ckpt-3.h5";
+  const ProcessResult adapter = run_command(kBin + " ckpt export " + ckpt + " --format hf --out " + work_ + "/adapter");
+  ASSERT_EQ(adapter.exit_code, 0) << adapter.err;
+  const json config = json::parse(read_file(work_ + "/adapter/adapter_config.json"));
+  EXPECT_EQ(config["r"], 4);
+  EXPECT_EQ(config["target_modules"], json({"q_proj", "v_proj", "down_proj"}));
+  const ProcessResult merged =
+      run_command(kBin + " ckpt export " + ckpt + " --format hf --merge --out " + work_ + "/merged");
+  ASSERT_EQ(merged.exit_code, 0) << merged.err;
+
+  const ProcessResult peft = run_command(kReference + " peft-logits " + work_ + "/llama " + work_ + "/adapter --tokens " +
+                                         work_ + "/llama/tokens.safetensors --out " + work_ + "/peft.safetensors");
+  ASSERT_EQ(peft.exit_code, 0) << peft.err;
+  EXPECT_GT(json::parse(peft.out)["largest_update"].get<double>(), 1e-4) << "the adapters did not train";
+  EXPECT_LT(difference(forward("merged", "llama"), work_ + "/peft.safetensors"), kTolerance);
 }
 
 // A broken copy of the llama directory, refused by `hpctrain train` before anything is written.

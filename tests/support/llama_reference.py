@@ -21,6 +21,15 @@ model.safetensors.index.json.
   llama_reference.py loss DIR --ids IDS
       the next-token cross-entropy of the comma-separated ids IDS (inputs all but the last, targets
       all but the first) and the global norm of its gradients, as JSON
+  llama_reference.py same-weights DIR FILE
+      DIR loaded strictly, its tensors against FILE's (a safetensors file of the same names; a tied
+      output layer may be in FILE alone): the largest absolute difference, as JSON
+  llama_reference.py peft-logits BASE ADAPTER --tokens FILE --out FILE
+      BASE with the PEFT adapter directory ADAPTER applied as PEFT's LoRA applies it: each module
+      target_modules names (a module's name, or the last parts of it) gets W + lora_alpha/r B A
+      from adapter_model.safetensors (base_model.model.<module>.lora_A/B.weight), every tensor of
+      which must be used; the logits on FILE's token_ids written as "logits", the largest |B A|
+      printed as JSON
   llama_reference.py greedy DIR --prompt IDS --new N [--no-cache]
       greedy continuation of the comma-separated ids IDS, N tokens, printed as JSON ids; with a
       KV cache (the new token's keys and values appended), or recomputing the whole sequence
@@ -295,6 +304,48 @@ def loss(args):
     print(json.dumps({"loss": value.item(), "grad_norm": norm.item()}))
 
 
+def same_weights(args):
+    model = load_directory(args.dir)
+    theirs = read_safetensors(args.file)
+    ours = model.state_dict()
+    if set(ours) - set(theirs) or set(theirs) - set(ours) - {"lm_head.weight"}:
+        print(json.dumps({"error": "names differ: %s" % sorted(set(ours) ^ set(theirs))}))
+        sys.exit(1)
+    worst = max((ours[n].double() - theirs[n].double()).abs().max().item() for n in ours)
+    print(json.dumps({"max_abs_difference": worst, "tensors": len(ours)}))
+
+
+def targeted(module, targets):
+    return any(module == t or module.endswith("." + t) for t in targets)
+
+
+def peft_logits(args):
+    model = load_directory(args.base)
+    with open(os.path.join(args.adapter, "adapter_config.json")) as f:
+        adapter = json.load(f)
+    assert adapter["peft_type"] == "LORA" and not adapter["fan_in_fan_out"], adapter
+    scale = adapter["lora_alpha"] / adapter["r"]
+    tensors = read_safetensors(os.path.join(args.adapter, "adapter_model.safetensors"))
+    unused = set(tensors)
+    largest = 0.0
+    with torch.no_grad():
+        for module, layer in model.named_modules():
+            if not isinstance(layer, nn.Linear) or not targeted(module, adapter["target_modules"]):
+                continue
+            a_name = "base_model.model." + module + ".lora_A.weight"
+            b_name = "base_model.model." + module + ".lora_B.weight"
+            delta = tensors[b_name].float() @ tensors[a_name].float()
+            assert delta.shape == layer.weight.shape and tensors[a_name].shape[0] == adapter["r"], module
+            layer.weight += scale * delta
+            largest = max(largest, delta.abs().max().item())
+            unused -= {a_name, b_name}
+    assert not unused, "adapter tensors no target module takes: %s" % sorted(unused)
+    ids = read_safetensors(args.tokens)["token_ids"]
+    with torch.no_grad():
+        write_safetensors(args.out, {"logits": model(ids)})
+    print(json.dumps({"largest_update": largest}))
+
+
 def greedy(args):
     model = load_directory(args.dir)
     ids = [int(i) for i in args.prompt.split(",")]
@@ -337,6 +388,16 @@ def main():
     p.add_argument("dir")
     p.add_argument("--ids", required=True)
     p.set_defaults(run=loss)
+    p = sub.add_parser("same-weights")
+    p.add_argument("dir")
+    p.add_argument("file")
+    p.set_defaults(run=same_weights)
+    p = sub.add_parser("peft-logits")
+    p.add_argument("base")
+    p.add_argument("adapter")
+    p.add_argument("--tokens", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(run=peft_logits)
     p = sub.add_parser("greedy")
     p.add_argument("dir")
     p.add_argument("--prompt", required=True)

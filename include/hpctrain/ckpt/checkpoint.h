@@ -98,6 +98,13 @@ void add_slices(const std::string& temp_path, const std::map<std::string, Tensor
 std::string publish_checkpoint(const std::string& dir, const std::string& temp_path, std::int64_t step);
 void discard_checkpoint(const std::string& temp_path);
 
+// A stored tensor's description.
+struct StoredTensor {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  at::ScalarType dtype = at::kFloat;
+};
+
 // An open checkpoint. Every error is a CheckpointError naming the file.
 class CheckpointReader {
  public:
@@ -113,6 +120,11 @@ class CheckpointReader {
   void read_into(const std::string& group, const NamedTensors& targets) const;
   // The group's tensors as stored, by name; empty when the group is absent.
   NamedTensors read_group(const std::string& group) const;
+  // The group's tensors' names, shapes and dtypes as stored, read from the metadata alone (what
+  // a reader that takes one tensor at a time plans with); empty when the group is absent.
+  std::vector<StoredTensor> list_group(const std::string& group) const;
+  // Tensor `group/name` as stored.
+  at::Tensor read_tensor(const std::string& group, const std::string& name) const;
   // Whether `group/name` is stored.
   bool has(const std::string& group, const std::string& name) const;
   // Elements [offset, offset + out.numel()) of tensor `group/name`, counted row-major, into the
@@ -128,6 +140,7 @@ class CheckpointReader {
   void read_meta();
   void read_into_unchecked(const std::string& group, const NamedTensors& targets) const;
   NamedTensors read_group_unchecked(const std::string& group) const;
+  at::Tensor read_tensor_unchecked(const std::string& path) const;
 
   std::string path_;
   io::H5File file_;

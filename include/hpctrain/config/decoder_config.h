@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/config/config.h"
+
 namespace hpctrain::config {
 
 // Llama 3.1's rope_scaling of rope_type "llama3": long wavelengths slowed by `factor`, short ones
@@ -54,5 +56,9 @@ DecoderConfig parse_decoder_config(const std::string& text, const std::string& w
 
 // Reads `path`: a config.json, or a directory that holds one. Throws ConfigError.
 DecoderConfig read_decoder_config(const std::string& path);
+
+// Where model.name=llama's config.json is: model.hf_config, else model.init_from's directory.
+// Throws ConfigError when neither is set.
+std::string decoder_config_path(const ModelConfig& config);
 
 }  // namespace hpctrain::config
