@@ -75,19 +75,20 @@ class AttentionImpl : public nn::Module {
     return nn::Linear(nn::LinearOptions(in, out).bias(bias));
   }
 
-  // Causal attention over the sequence itself.
-  at::Tensor forward(const at::Tensor& x, const RotaryAngles& angles) {
+  // Causal attention over the sequence itself; `mask` (additive, [B, 1, T, T]) when defined.
+  at::Tensor forward(const at::Tensor& x, const RotaryAngles& angles, const at::Tensor& mask = {}) {
     const Heads h = project(x, angles);
-    return output(x, attend(h.queries, repeated(h.keys), repeated(h.values), /*past=*/0));
+    return output(x, attend(h.queries, repeated(h.keys), repeated(h.values), /*past=*/0, mask));
   }
 
   // The new tokens' attention over the cached ones and themselves; their keys and values (rotated,
   // one per KV head) are appended to `keys` and `values`.
-  at::Tensor forward_cached(const at::Tensor& x, const RotaryAngles& angles, at::Tensor& keys, at::Tensor& values) {
+  at::Tensor forward_cached(const at::Tensor& x, const RotaryAngles& angles, at::Tensor& keys, at::Tensor& values,
+                            const at::Tensor& mask = {}) {
     const Heads h = project(x, angles);
     keys = keys.defined() ? torch::cat({keys, h.keys}, 2) : h.keys;
     values = values.defined() ? torch::cat({values, h.values}, 2) : h.values;
-    return output(x, attend(h.queries, repeated(keys), repeated(values), keys.size(2) - x.size(1)));
+    return output(x, attend(h.queries, repeated(keys), repeated(values), keys.size(2) - x.size(1), mask));
   }
 
   void adaptable(const std::string& where, std::vector<AdaptableLinear>& out) {
@@ -126,16 +127,21 @@ class AttentionImpl : public nn::Module {
     return kv.unsqueeze(2).expand({b, kv_heads_, heads_ / kv_heads_, s, head_dim_}).reshape({b, heads_, s, head_dim_});
   }
 
-  // Softmax(q k^T / sqrt(head_dim)) v, query i at position past + i seeing keys up to it.
-  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, std::int64_t past) const {
+  // Softmax(q k^T / sqrt(head_dim) + mask) v, query i at position past + i seeing keys up to it;
+  // `padding` (additive, [B, 1, T, past + T]) masks what a batch's padding must not see.
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, std::int64_t past,
+                    const at::Tensor& padding) const {
 #if HT_FUSED_ATTENTION
-    if (past == 0) return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, 0.0, /*is_causal=*/true);
+    if (past == 0 && !padding.defined()) {
+      return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, 0.0, /*is_causal=*/true);
+    }
 #endif
     const std::int64_t t = q.size(2);
     const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
     const at::Tensor scores = torch::matmul(q, k.transpose(-2, -1)).mul(scale);
-    const at::Tensor mask = torch::full({t, past + t}, -std::numeric_limits<float>::infinity(), scores.options())
-                                .triu(/*diagonal=*/past + 1);
+    at::Tensor mask = torch::full({t, past + t}, -std::numeric_limits<float>::infinity(), scores.options())
+                          .triu(/*diagonal=*/past + 1);
+    if (padding.defined()) mask = mask + padding;
     const at::Tensor weights = torch::softmax(scores.add(mask), -1, torch::kFloat).to(q.scalar_type());
     return torch::matmul(weights, v);
   }
@@ -194,13 +200,14 @@ class DecoderLayerImpl : public nn::Module {
         post_attention_layernorm_(register_module("post_attention_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps))),
         mlp_(register_module("mlp", SwiGlu(c))) {}
 
-  at::Tensor forward(at::Tensor x, const RotaryAngles& angles) {
-    x = x + self_attn_->forward(input_layernorm_(x), angles);
+  at::Tensor forward(at::Tensor x, const RotaryAngles& angles, const at::Tensor& mask = {}) {
+    x = x + self_attn_->forward(input_layernorm_(x), angles, mask);
     return x + mlp_(post_attention_layernorm_(x));
   }
 
-  at::Tensor forward_cached(at::Tensor x, const RotaryAngles& angles, at::Tensor& keys, at::Tensor& values) {
-    x = x + self_attn_->forward_cached(input_layernorm_(x), angles, keys, values);
+  at::Tensor forward_cached(at::Tensor x, const RotaryAngles& angles, at::Tensor& keys, at::Tensor& values,
+                            const at::Tensor& mask = {}) {
+    x = x + self_attn_->forward_cached(input_layernorm_(x), angles, keys, values, mask);
     return x + mlp_(post_attention_layernorm_(x));
   }
 
@@ -226,7 +233,14 @@ bool targeted(const std::string& target, const std::string& name) {
   return fnmatch(target.c_str(), name.c_str(), 0) == 0;
 }
 
-class Llama final : public nn::Module, public Model, public CachedLanguageModel {
+// A batch's padding as an additive mask [B, 1, 1, S]: the lowest float where a key is padding, so
+// that a padded query, which sees only padding, gets finite (meaningless) weights and no NaN.
+at::Tensor padding_mask(const at::Tensor& keys) {
+  const at::Tensor lowest = torch::full({}, std::numeric_limits<float>::lowest(), torch::kFloat).to(keys.device());
+  return torch::where(keys, torch::zeros_like(lowest), lowest).view({keys.size(0), 1, 1, keys.size(1)});
+}
+
+class Llama final : public nn::Module, public Model, public CachedLanguageModel, public MaskedLanguageModel {
  public:
   Llama(const config::DecoderConfig& c, const config::ModelConfig& options)
       : shape_(c),
@@ -276,6 +290,26 @@ class Llama final : public nn::Module, public Model, public CachedLanguageModel 
       x = layers_[i]->forward_cached(x, angles, cache.keys[i], cache.values[i]);
     }
     cache.length += t;
+    return head(norm_(x));
+  }
+
+  at::Tensor forward_masked(const at::Tensor& tokens, const TokenMask& mask, KvCache* cache) override {
+    const std::int64_t past = cache != nullptr ? cache->length : 0;
+    HT_CHECK(mask.keys.size(1) == past + tokens.size(1) && mask.positions.sizes() == tokens.sizes(),
+             "a token mask of another shape than the batch");
+    HT_CHECK(past + tokens.size(1) <= block_size(), "a masked forward past the model's context");
+    at::Tensor x = embed(tokens);
+    const RotaryAngles angles = rotary_angles(inverse_frequencies_, mask.positions, x.scalar_type(), x.device());
+    const at::Tensor padding = padding_mask(mask.keys.to(x.device()));
+    if (cache != nullptr) {
+      cache->keys.resize(layers_.size());
+      cache->values.resize(layers_.size());
+    }
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      x = cache != nullptr ? layers_[i]->forward_cached(x, angles, cache->keys[i], cache->values[i], padding)
+                           : layers_[i]->forward(x, angles, padding);
+    }
+    if (cache != nullptr) cache->length += tokens.size(1);
     return head(norm_(x));
   }
 

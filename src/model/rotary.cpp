@@ -31,12 +31,26 @@ at::Tensor rotary_inverse_frequencies(std::int64_t head_dim, double theta, const
   return scaling.enabled ? llama3_scaled(inverse, scaling) : inverse;
 }
 
-RotaryAngles rotary_angles(const at::Tensor& inverse_frequencies, std::int64_t first, std::int64_t count,
-                           at::ScalarType dtype, at::Device device) {
-  const at::Tensor positions = torch::arange(first, first + count, torch::kLong).to(torch::kFloat);
-  const at::Tensor angles = torch::outer(positions, inverse_frequencies);
+namespace {
+
+// Angles of `positions` (any shape, on the CPU) with a last dimension of head_dim added.
+RotaryAngles angles_of(const at::Tensor& inverse_frequencies, const at::Tensor& positions, at::ScalarType dtype,
+                       at::Device device) {
+  const at::Tensor angles = positions.to(torch::kFloat).unsqueeze(-1) * inverse_frequencies;
   const at::Tensor both_halves = torch::cat({angles, angles}, -1).to(device);
   return {both_halves.cos().to(dtype), both_halves.sin().to(dtype)};
+}
+
+}  // namespace
+
+RotaryAngles rotary_angles(const at::Tensor& inverse_frequencies, std::int64_t first, std::int64_t count,
+                           at::ScalarType dtype, at::Device device) {
+  return angles_of(inverse_frequencies, torch::arange(first, first + count, torch::kLong), dtype, device);
+}
+
+RotaryAngles rotary_angles(const at::Tensor& inverse_frequencies, const at::Tensor& positions, at::ScalarType dtype,
+                           at::Device device) {
+  return angles_of(inverse_frequencies, positions.to(at::kCPU).unsqueeze(1), dtype, device);
 }
 
 at::Tensor rotate(const at::Tensor& x, const RotaryAngles& angles) {

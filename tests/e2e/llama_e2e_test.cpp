@@ -174,6 +174,41 @@ TEST_F(LlamaEndToEnd, ZeroStageThreeAtThreeRanksEqualsStageZero) {
               relative_difference(zero0, zero3, "optim"));
 }
 
+// An attention_mask: each padded row's real tokens get the logits the row has alone, padded on
+// the right or the left; a mask of another shape, or of other values, is refused in one line.
+TEST_F(LlamaEndToEnd, AnAttentionMaskGivesEachPaddedRowItsOwnLogits) {
+  const std::string dir = work_ + "/llama3";
+  ASSERT_EQ(run_command(kReference + " pad " + dir).exit_code, 0);
+  const std::string ours = work_ + "/padded-ours.safetensors";
+  const ProcessResult r =
+      run_command(kBin + " forward --model " + dir + " --inputs " + dir + "/padded.safetensors --out " + ours);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const std::string row : {"1", "2"}) {
+    const std::string alone = work_ + "/row" + row + "-ref.safetensors";
+    ASSERT_EQ(run_command(kReference + " logits " + dir + " --tokens " + dir + "/row" + row + ".safetensors --out " +
+                          alone).exit_code, 0);
+    const ProcessResult c =
+        run_command(kReference + " compare " + ours + " " + alone + " --row " + row + " --from " + (row == "2" ? "6" : "0"));
+    ASSERT_EQ(c.exit_code, 0) << c.out << c.err;
+    EXPECT_LT(json::parse(c.out)["max_relative_difference"].get<double>(), kTolerance) << "row " << row;
+  }
+  ASSERT_EQ(run_command("/usr/bin/python3 -c \"import sys; sys.path.insert(0, '" + kSource + "/tests/support'); "
+                        "import torch, gpt2_reference as g; t = g.read_safetensors('" + dir + "/padded.safetensors'); "
+                        "g.write_safetensors('" + work_ + "/short-mask.safetensors', {'token_ids': t['token_ids'], "
+                        "'attention_mask': t['attention_mask'][:, :5].clone()}); "
+                        "g.write_safetensors('" + work_ + "/two-mask.safetensors', {'token_ids': t['token_ids'], "
+                        "'attention_mask': t['attention_mask'] * 2})\"").exit_code, 0);
+  for (const auto& [file, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {"short-mask", "attention_mask is [3, 5], token_ids [3, 20]; they must be of one shape"},
+           {"two-mask", "attention_mask holds values other than 0 and 1"}}) {
+    const ProcessResult bad = run_command(kBin + " forward --model " + dir + " --inputs " + work_ + "/" + file +
+                                          ".safetensors --out " + work_ + "/bad.safetensors");
+    EXPECT_EQ(bad.exit_code, 2) << bad.err;
+    EXPECT_EQ(count_lines_with(bad.err, "hpctrain: error:"), 1) << bad.err;
+    EXPECT_NE(bad.err.find(fragment), std::string::npos) << bad.err;
+  }
+}
+
 // A stage-3 checkpoint exported as a sharded Hugging Face directory: the reference loads it
 // strictly, its tensors are the checkpoint's (as the single-file export has them), its logits are
 // ours on it; bf16 on request; an existing directory is left alone.

@@ -16,8 +16,13 @@ model.safetensors.index.json.
       logits on FILE's token_ids written as "logits"; --mutate computes them wrongly, as a port's
       bug would (rope-pairs: adjacent channels paired; kv-order: KV heads tiled, not repeated;
       gate-up: the two swapped; no-rope-scaling), to show that the comparison catches it
-  llama_reference.py compare A B
-      the largest difference of A's and B's "logits", relative to B's largest, as JSON
+  llama_reference.py compare A B [--row R --from F]
+      the largest difference of A's and B's "logits", relative to B's largest, as JSON; with --row,
+      A's row R from position F on (as many positions as B's one row has) against B
+  llama_reference.py pad DIR
+      DIR/tokens.safetensors as a padded batch, DIR/padded.safetensors (token_ids, attention_mask:
+      row 0 whole, row 1's first 12 tokens padded on the right, row 2's first 14 on the left with
+      6 pads), and rows 1 and 2 alone as DIR/row1.safetensors, DIR/row2.safetensors
   llama_reference.py loss DIR --ids IDS
       the next-token cross-entropy of the comma-separated ids IDS (inputs all but the last, targets
       all but the first) and the global norm of its gradients, as JSON
@@ -286,8 +291,20 @@ def logits(args):
         write_safetensors(args.out, {"logits": model(tokens)})
 
 
+def pad(args):
+    tokens = read_safetensors(os.path.join(args.dir, "tokens.safetensors"))["token_ids"]
+    ids, mask = tokens.clone(), torch.ones_like(tokens)
+    ids[1, 12:], mask[1, 12:] = 0, 0
+    ids[2, 6:], ids[2, :6], mask[2, :6] = tokens[2, :14], 7, 0
+    write_safetensors(os.path.join(args.dir, "padded.safetensors"), {"token_ids": ids, "attention_mask": mask})
+    write_safetensors(os.path.join(args.dir, "row1.safetensors"), {"token_ids": tokens[1:2, :12].clone()})
+    write_safetensors(os.path.join(args.dir, "row2.safetensors"), {"token_ids": tokens[2:3, :14].clone()})
+
+
 def compare(args):
     a, b = read_safetensors(args.a)["logits"].double(), read_safetensors(args.b)["logits"].double()
+    if args.row is not None:
+        a = a[args.row:args.row + 1, args.start:args.start + b.shape[1]]
     if a.shape != b.shape:
         print(json.dumps({"error": "shapes %s and %s" % (list(a.shape), list(b.shape))}))
         sys.exit(1)
@@ -383,7 +400,12 @@ def main():
     p = sub.add_parser("compare")
     p.add_argument("a")
     p.add_argument("b")
+    p.add_argument("--row", type=int)
+    p.add_argument("--from", dest="start", type=int, default=0)
     p.set_defaults(run=compare)
+    p = sub.add_parser("pad")
+    p.add_argument("dir")
+    p.set_defaults(run=pad)
     p = sub.add_parser("loss")
     p.add_argument("dir")
     p.add_argument("--ids", required=True)

@@ -34,4 +34,21 @@ class CachedLanguageModel {
   virtual at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache) = 0;
 };
 
+// Which tokens of a batch are real, for rows of different lengths padded to one length.
+struct TokenMask {
+  at::Tensor keys;       // [B, S] bool, S = cached + new tokens: false marks padding, which no token attends to
+  at::Tensor positions;  // [B, T] int64: the new tokens' positions, from which their rotary angles are
+};
+
+// A language model that takes such a mask (llama): how `hpctrain forward` honours an
+// attention_mask and generation batches prompts of different lengths, padded on the left.
+class MaskedLanguageModel {
+ public:
+  virtual ~MaskedLanguageModel() = default;
+  // Logits [B, T, vocab] of `tokens` [B, T] under `mask`; with a cache, the new tokens attend to
+  // the cached ones too and their keys and values are appended. A padded token's logits are
+  // computed but mean nothing.
+  virtual at::Tensor forward_masked(const at::Tensor& tokens, const TokenMask& mask, KvCache* cache) = 0;
+};
+
 }  // namespace hpctrain::model
