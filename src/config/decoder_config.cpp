@@ -208,6 +208,30 @@ DecoderConfig read_decoder_config(const std::string& path) {
   return parse_decoder_config(text, file);
 }
 
+GenerationDefaults parse_generation_config(const std::string& text, const std::string& where) {
+  const Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) refuse(where, "not a JSON object; not a generation_config.json");
+  GenerationDefaults g;
+  g.present = true;
+  g.do_sample = boolean(where, json, "do_sample", false);
+  g.temperature = positive_number(where, json, "temperature", 1.0);
+  g.top_p = positive_number(where, json, "top_p", 1.0);
+  if (g.top_p > 1) refuse(where, "\"top_p\" is " + std::to_string(g.top_p) + "; it must be in (0, 1]");
+  g.top_k = integer(where, json, "top_k", 50, 0, kMaxVocabulary);
+  g.eos_token_ids = token_ids(where, json, "eos_token_id");
+  return g;
+}
+
+GenerationDefaults read_generation_config(const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::is_directory(model_dir, ec) ? fs::path(model_dir) : fs::path(model_dir).parent_path();
+  const std::string file = (dir / "generation_config.json").string();
+  if (!fs::exists(file, ec)) return {};
+  return parse_generation_config(
+      sys::read_small_file<ConfigError>(file, kMaxConfigBytes, "the model's generation_config.json"), file);
+}
+
 std::string decoder_config_path(const ModelConfig& config) {
   if (!config.hf_config.empty()) return config.hf_config;
   if (!config.init_from.empty()) return config.init_from;

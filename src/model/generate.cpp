@@ -39,49 +39,95 @@ at::Tensor as_batch(const std::vector<std::vector<std::int32_t>>& tokens, std::s
   return torch::tensor(ids, torch::kLong).view({static_cast<std::int64_t>(tokens.size()), -1}).to(device);
 }
 
+// The last position's logits [B, vocab] of rows of one length: the new columns through the cache
+// while the context holds them, else the last `context` tokens recomputed.
+at::Tensor next_logits_same_length(Model& model, CachedLanguageModel* cached, KvCache& cache,
+                                   const std::vector<std::vector<std::int32_t>>& tokens, std::int64_t context,
+                                   c10::Device device) {
+  const auto total = static_cast<std::int64_t>(tokens[0].size());
+  if (cached != nullptr && total <= context) {
+    return cached->forward_cached(as_batch(tokens, static_cast<std::size_t>(cache.length), device), cache).select(1, -1);
+  }
+  const auto from = static_cast<std::size_t>(std::max<std::int64_t>(0, total - context));
+  return model.forward(as_batch(tokens, from, device)).select(1, -1);
+}
+
+// Rows of different lengths, padded on the left to one: row b starts after pads[b] pad columns,
+// which no token attends to, and its positions count from 0 at its first real token.
+at::Tensor next_logits_padded(MaskedLanguageModel& model, KvCache* cache,
+                              const std::vector<std::vector<std::int32_t>>& tokens,
+                              const std::vector<std::int64_t>& pads, c10::Device device) {
+  const auto rows = static_cast<std::int64_t>(tokens.size());
+  const std::int64_t width = pads[0] + static_cast<std::int64_t>(tokens[0].size());
+  const std::int64_t from = cache != nullptr ? cache->length : 0;
+  std::vector<std::int64_t> ids;
+  std::vector<std::int64_t> positions;
+  for (std::int64_t b = 0; b < rows; ++b) {
+    for (std::int64_t j = from; j < width; ++j) {
+      const std::int64_t k = j - pads[static_cast<size_t>(b)];
+      ids.push_back(k < 0 ? 0 : tokens[static_cast<size_t>(b)][static_cast<size_t>(k)]);
+      positions.push_back(std::max<std::int64_t>(k, 0));
+    }
+  }
+  const at::Tensor pad_counts = torch::tensor(pads, torch::kLong).unsqueeze(1);
+  const at::Tensor real = torch::arange(width, torch::kLong).unsqueeze(0).ge(pad_counts);
+  const TokenMask mask{real, torch::tensor(positions, torch::kLong).view({rows, width - from})};
+  return model.forward_masked(torch::tensor(ids, torch::kLong).view({rows, width - from}).to(device), mask, cache)
+      .select(1, -1);
+}
+
+bool one_length(const std::vector<std::vector<std::int32_t>>& prompts) {
+  return std::all_of(prompts.begin(), prompts.end(), [&](const auto& p) { return p.size() == prompts[0].size(); });
+}
+
 }  // namespace
 
-std::vector<std::vector<std::int32_t>> generate(Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
-                                                const SamplingOptions& options,
-                                                const std::vector<std::uint64_t>& streams, std::int64_t context,
-                                                c10::Device device) {
+bool batches_any_lengths(Model& model, const SamplingOptions& options, std::int64_t longest, std::int64_t context) {
+  return dynamic_cast<MaskedLanguageModel*>(&model) != nullptr && longest + options.max_new_tokens <= context;
+}
+
+std::vector<Continuation> generate(Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
+                                   const SamplingOptions& options, const std::vector<std::uint64_t>& streams,
+                                   std::int64_t context, c10::Device device) {
   HT_CHECK(!prompts.empty() && prompts.size() == streams.size(), "generate needs a stream for every prompt");
+  std::size_t longest = 0;
   for (const auto& prompt : prompts) {
-    HT_CHECK(!prompt.empty() && prompt.size() == prompts[0].size(), "generate batches prompts of one length");
+    HT_CHECK(!prompt.empty(), "generate continues non-empty prompts");
+    longest = std::max(longest, prompt.size());
   }
+  const bool padded = !one_length(prompts);
+  HT_CHECK(!padded || batches_any_lengths(model, options, static_cast<std::int64_t>(longest), context),
+           "generate batches prompts of different lengths only for a masked model whose context holds them");
   const torch::NoGradGuard no_grad;
   std::vector<at::Generator> generators;
   for (const std::uint64_t stream : streams) {
     generators.push_back(at::detail::createCPUGenerator(splitmix64(options.seed ^ splitmix64(stream))));
   }
   auto* cached = options.kv_cache ? dynamic_cast<CachedLanguageModel*>(&model) : nullptr;
+  std::vector<std::int64_t> pads;
+  for (const auto& prompt : prompts) pads.push_back(static_cast<std::int64_t>(longest - prompt.size()));
   KvCache cache;
   std::vector<std::vector<std::int32_t>> tokens = prompts;
-  std::vector<std::vector<std::int32_t>> out(prompts.size());
-  for (std::int64_t n = 0; n < options.max_new_tokens; ++n) {
-    const auto total = static_cast<std::int64_t>(tokens[0].size());
-    at::Tensor logits;
-    if (cached != nullptr && total <= context) {
-      // The prompts (or what is not cached yet) in one forward, then one token at a time.
-      logits = cached->forward_cached(as_batch(tokens, static_cast<std::size_t>(cache.length), device), cache);
-    } else {
-      const auto from = static_cast<std::size_t>(std::max<std::int64_t>(0, total - context));
-      logits = model.forward(as_batch(tokens, from, device));
-    }
-    const at::Tensor last = logits.select(1, -1);
+  std::vector<Continuation> out(prompts.size());
+  std::size_t running = prompts.size();
+  for (std::int64_t n = 0; n < options.max_new_tokens && running > 0; ++n) {
+    const at::Tensor last =
+        padded ? next_logits_padded(*dynamic_cast<MaskedLanguageModel*>(&model), options.kv_cache ? &cache : nullptr,
+                                    tokens, pads, device)
+               : next_logits_same_length(model, cached, cache, tokens, context, device);
     for (size_t b = 0; b < tokens.size(); ++b) {
       const std::int32_t next = choose(last[static_cast<std::int64_t>(b)], options, generators[b]);
-      out[b].push_back(next);
-      tokens[b].push_back(next);
+      tokens[b].push_back(next);  // a finished row's too, to keep the batch rectangular
+      if (out[b].stopped) continue;
+      if (std::find(options.stop_ids.begin(), options.stop_ids.end(), next) != options.stop_ids.end()) {
+        out[b].stopped = true;
+        --running;
+      } else {
+        out[b].tokens.push_back(next);
+      }
     }
   }
   return out;
-}
-
-std::vector<std::int32_t> generate(Model& model, const std::vector<std::int32_t>& prompt,
-                                   const SamplingOptions& options, std::uint64_t stream, std::int64_t context,
-                                   c10::Device device) {
-  return generate(model, std::vector<std::vector<std::int32_t>>{prompt}, options, {stream}, context, device)[0];
 }
 
 }  // namespace hpctrain::model

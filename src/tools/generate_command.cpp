@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "hpctrain/ckpt/checkpoint.h"
+#include "hpctrain/config/decoder_config.h"
 #include "hpctrain/config/parser.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
@@ -36,7 +37,7 @@ const char* kGenerateUsage =
     "usage: [mpirun -np N] hpctrain generate (--checkpoint FILE | --weights FILE --config FILE)\n"
     "           (--prompt TEXT | --prompts FILE) [--max-new-tokens N] [--temperature T] [--top-k K]\n"
     "           [--top-p P] [--seed S] [--tokenizer bytes|DATASET] [--no-kv-cache] [--batch-size B]\n"
-    "           [--out FILE]\n\n"
+    "           [--ignore-eos] [--out FILE]\n\n"
     "Continues each prompt with a language model (model.name=gpt or llama, or a scripted language model):\n"
     "  --checkpoint FILE    a checkpoint of `hpctrain train`; its config gives the model and data\n"
     "                       (and with train.ema_decay, its moving average gives the weights)\n"
@@ -49,15 +50,22 @@ const char* kGenerateUsage =
     "  --temperature T      0: greedy, deterministic; default 1\n"
     "  --top-k K, --top-p P keep the K most likely tokens (0: all), the most likely whose\n"
     "                       probabilities sum to P (default 1: all)\n"
+    "                       (llama: a model directory's generation_config.json gives the defaults\n"
+    "                       as transformers takes them: greedy unless do_sample, then its\n"
+    "                       temperature, top_p and top_k, 50 if it has none)\n"
     "  --seed S             sampling is reproducible from it, at any rank count (default 0)\n"
     "  --tokenizer          bytes, or a dataset directory of `prepare text` whose tokenizer to use;\n"
     "                       default: that of the config's data.path\n"
     "  --no-kv-cache        recompute the whole context for every token (gpt and llama cache by\n"
     "                       default)\n"
-    "  --batch-size B       continue up to B prompts of one token length together (default 1;\n"
-    "                       a batch may round the logits' last bits otherwise than one prompt)\n"
-    "  --out FILE           JSONL: prompt, completion, tokens (the new ids), tokens_per_s; default\n"
-    "                       standard output\n";
+    "  --batch-size B       continue up to B prompts together (default 1; a batch may round the\n"
+    "                       logits' last bits otherwise than one prompt): llama pads prompts of\n"
+    "                       different lengths on the left, other models batch prompts of one length\n"
+    "  --ignore-eos         continue past the end-of-sequence ids (llama: generation_config.json's\n"
+    "                       eos_token_id, else config.json's; one id or a list), to max-new-tokens\n"
+    "  --out FILE           JSONL: prompt, completion, tokens (the new ids, an EOS left out),\n"
+    "                       finish_reason (stop: at an EOS id; length: at max-new-tokens),\n"
+    "                       tokens_per_s; default standard output\n";
 
 double number_flag(const config::ParsedArgs& parsed, const std::string& name, double fallback) {
   if (!parsed.has(name)) return fallback;
@@ -80,6 +88,22 @@ model::SamplingOptions sampling_options(const config::ParsedArgs& parsed) {
   o.kv_cache = !parsed.has("no-kv-cache");
   if (o.top_p <= 0 || o.top_p > 1) throw ConfigError("generate: --top-p must be in (0, 1]");
   return o;
+}
+
+// A llama model directory's generation_config.json (and config.json's EOS ids) for what the
+// command line leaves unsaid.
+void apply_generation_defaults(model::SamplingOptions& o, const config::ParsedArgs& parsed,
+                               const config::ModelConfig& model) {
+  if (model.name != config::ModelName::kLlama) return;
+  const std::string source = config::decoder_config_path(model);
+  const config::GenerationDefaults g = config::read_generation_config(source);
+  if (!parsed.has("ignore-eos")) {
+    o.stop_ids = g.eos_token_ids.empty() ? config::read_decoder_config(source).eos_token_ids : g.eos_token_ids;
+  }
+  if (!g.present) return;
+  if (!parsed.has("temperature")) o.temperature = g.do_sample ? g.temperature : 0.0;
+  if (!parsed.has("top-p")) o.top_p = g.top_p;
+  if (!parsed.has("top-k")) o.top_k = g.top_k;
 }
 
 std::vector<std::string> read_prompts(const config::ParsedArgs& parsed) {
@@ -163,45 +187,64 @@ Loaded load_model(const config::ParsedArgs& parsed) {
 
 // One prompt's result; its tokens/s over the time of the batch it was made in (so a batch's
 // lines sum to the batch's rate).
-std::string result_line(std::size_t index, const std::string& prompt, const std::vector<std::int32_t>& tokens,
+std::string result_line(std::size_t index, const std::string& prompt, const model::Continuation& continuation,
                         const data::Tokenizer& tokenizer, double seconds) {
+  const std::vector<std::int32_t>& tokens = continuation.tokens;
   const json record{{"index", index},
                     {"prompt", prompt},
                     {"completion", tokenizer.decode(tokens)},
                     {"tokens", tokens},
+                    {"finish_reason", continuation.stopped ? "stop" : "length"},
                     {"tokens_per_s", seconds > 0 ? static_cast<double>(tokens.size()) / seconds : 0.0}};
   return record.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
-// This rank's prompts (every world-th, from its rank), continued in batches of up to `batch`
-// prompts of one token length; one JSON line each.
-std::string continue_prompts(const Loaded& loaded, const std::vector<std::string>& prompts,
-                             const model::SamplingOptions& options, std::int64_t batch, int rank, int world,
-                             c10::Device device) {
-  std::vector<std::vector<std::int32_t>> ids(prompts.size());
-  std::map<std::size_t, std::vector<std::size_t>> by_length;  // token count -> prompt indices
-  for (std::size_t i = static_cast<std::size_t>(rank); i < prompts.size(); i += static_cast<std::size_t>(world)) {
-    ids[i] = loaded.tokenizer->encode(prompts[i]);
-    if (ids[i].empty()) throw ConfigError("generate: prompt " + std::to_string(i + 1) + " has no tokens");
-    by_length[ids[i].size()].push_back(i);
+// This rank's prompts (every world-th, from its rank) in batches of up to `batch`: in prompt
+// order where the model pads prompts of different lengths, else of one token length each.
+std::vector<std::vector<std::size_t>> batches(const std::vector<std::vector<std::int32_t>>& ids, bool any_lengths,
+                                              std::int64_t batch, int rank, int world) {
+  std::map<std::size_t, std::vector<std::size_t>> by_length;  // token count (0: any) -> prompt indices
+  for (std::size_t i = static_cast<std::size_t>(rank); i < ids.size(); i += static_cast<std::size_t>(world)) {
+    by_length[any_lengths ? 0 : ids[i].size()].push_back(i);
   }
-  std::string lines;
+  std::vector<std::vector<std::size_t>> out;
   for (const auto& [length, indices] : by_length) {
     for (std::size_t first = 0; first < indices.size(); first += static_cast<std::size_t>(batch)) {
       const std::size_t last = std::min(indices.size(), first + static_cast<std::size_t>(batch));
-      std::vector<std::vector<std::int32_t>> group;
-      std::vector<std::uint64_t> streams;
-      for (std::size_t k = first; k < last; ++k) {
-        group.push_back(ids[indices[k]]);
-        streams.push_back(indices[k]);
-      }
-      const Timer timer;
-      const auto out =
-          model::generate(*loaded.model, group, options, streams, loaded.config.model.gpt_block_size, device);
-      const double seconds = timer.elapsed_s();
-      for (std::size_t k = first; k < last; ++k) {
-        lines += result_line(indices[k], prompts[indices[k]], out[k - first], *loaded.tokenizer, seconds);
-      }
+      out.emplace_back(indices.begin() + static_cast<std::ptrdiff_t>(first),
+                       indices.begin() + static_cast<std::ptrdiff_t>(last));
+    }
+  }
+  return out;
+}
+
+// This rank's prompts continued, one JSON line each.
+std::string continue_prompts(const Loaded& loaded, const std::vector<std::string>& prompts,
+                             const model::SamplingOptions& options, std::int64_t batch, int rank, int world,
+                             c10::Device device) {
+  const std::int64_t context = loaded.config.model.gpt_block_size;
+  std::vector<std::vector<std::int32_t>> ids(prompts.size());
+  std::int64_t longest = 0;
+  for (std::size_t i = static_cast<std::size_t>(rank); i < prompts.size(); i += static_cast<std::size_t>(world)) {
+    ids[i] = loaded.tokenizer->encode(prompts[i]);
+    if (ids[i].empty()) throw ConfigError("generate: prompt " + std::to_string(i + 1) + " has no tokens");
+    longest = std::max(longest, static_cast<std::int64_t>(ids[i].size()));
+  }
+  const bool any_lengths = model::batches_any_lengths(*loaded.model, options, longest, context);
+  std::string lines;
+  for (const std::vector<std::size_t>& group : batches(ids, any_lengths, batch, rank, world)) {
+    std::vector<std::vector<std::int32_t>> inputs;
+    std::vector<std::uint64_t> streams;
+    for (const std::size_t i : group) {
+      inputs.push_back(ids[i]);
+      streams.push_back(i);
+    }
+    const Timer timer;
+    const std::vector<model::Continuation> out =
+        model::generate(*loaded.model, inputs, options, streams, context, device);
+    const double seconds = timer.elapsed_s();
+    for (std::size_t k = 0; k < group.size(); ++k) {
+      lines += result_line(group[k], prompts[group[k]], out[k], *loaded.tokenizer, seconds);
     }
   }
   return lines;
@@ -246,19 +289,20 @@ int run_generate(const Args& args) {
       {"checkpoint", true, ""}, {"weights", true, ""},        {"prompt", true, ""},      {"prompts", true, ""},
       {"max-new-tokens", true, ""}, {"temperature", true, ""}, {"top-k", true, ""},       {"top-p", true, ""},
       {"seed", true, ""},       {"tokenizer", true, ""},      {"no-kv-cache", false, ""}, {"out", true, ""},
-      {"batch-size", true, ""}};
+      {"batch-size", true, ""}, {"ignore-eos", false, ""}};
   if (wants_help(args)) {
     std::cout << kGenerateUsage;
     return 0;
   }
   const config::ParsedArgs parsed = config::parse_args(args, flags, /*with_options=*/true, false);
-  const model::SamplingOptions options = sampling_options(parsed);
+  model::SamplingOptions options = sampling_options(parsed);
   const std::vector<std::string> prompts = read_prompts(parsed);
   const std::int64_t batch = int_flag(parsed, "generate", "batch-size", "1");
   if (batch < 1) throw ConfigError("generate: --batch-size must be at least 1");
   tune_allocators();
   init_early_logging(parsed.config.log);
   Loaded loaded = load_model(parsed);
+  apply_generation_defaults(options, parsed, loaded.config.model);
   const bool use_cuda = runtime::resolve_use_cuda(loaded.config.dist.device, runtime::visible_gpus());
   RankStart start = config_start(loaded.config, use_cuda);
   start.backend.reset();  // no gradients: the control plane gathers the results

@@ -107,5 +107,27 @@ TEST(DecoderConfigTest, RefusesWhatItCannotBuildInOneLine) {
             std::string::npos);
 }
 
+// generation_config.json as transformers reads it: greedy unless do_sample, top_k 50 when unsaid.
+TEST(GenerationConfigTest, ReadsTransformersDefaultsAndRefusesWhatCannotBeSampled) {
+  const GenerationDefaults g = parse_generation_config(
+      R"({"do_sample": true, "temperature": 0.6, "top_p": 0.9, "eos_token_id": [128001, 128009]})", "g.json");
+  EXPECT_TRUE(g.present && g.do_sample);
+  EXPECT_DOUBLE_EQ(g.temperature, 0.6);
+  EXPECT_DOUBLE_EQ(g.top_p, 0.9);
+  EXPECT_EQ(g.top_k, 50);
+  EXPECT_EQ(g.eos_token_ids, (std::vector<std::int64_t>{128001, 128009}));
+  const GenerationDefaults plain = parse_generation_config(R"({"eos_token_id": 2, "temperature": null})", "g.json");
+  EXPECT_FALSE(plain.do_sample);
+  EXPECT_DOUBLE_EQ(plain.temperature, 1.0);
+  EXPECT_EQ(plain.eos_token_ids, (std::vector<std::int64_t>{2}));
+  EXPECT_NE(config_error([] { parse_generation_config(R"({"top_p": 1.5})", "g.json"); })
+                .find("g.json: \"top_p\" is 1.500000; it must be in (0, 1]"),
+            std::string::npos);
+  EXPECT_NE(config_error([] { parse_generation_config(R"({"do_sample": "yes"})", "g.json"); })
+                .find("\"do_sample\" is \"yes\"; it must be true or false"),
+            std::string::npos);
+  EXPECT_FALSE(read_generation_config("/nonexistent/model").present);
+}
+
 }  // namespace
 }  // namespace hpctrain::config

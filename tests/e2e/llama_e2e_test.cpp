@@ -10,10 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 
 #include "e2e.h"
@@ -116,11 +118,61 @@ TEST_F(LlamaEndToEnd, GreedyGenerationEqualsTheReferencesWithAndWithoutTheCache)
     for (const std::string cache : {"", " --no-kv-cache"}) {
       const ProcessResult r = run_command(kBin + " generate --weights " + work_ + "/" + family + " --config " + work_ +
                                           "/generate.ini --prompt " + prompt +
-                                          " --temperature 0 --max-new-tokens 40 --tokenizer bytes" + cache);
+                                          " --temperature 0 --max-new-tokens 40 --tokenizer bytes --ignore-eos" + cache);
       ASSERT_EQ(r.exit_code, 0) << r.err;
       EXPECT_EQ(json::parse(r.out)["tokens"], json::parse(expected.out)) << cache;
     }
   }
+}
+
+// Prompts of different lengths in one batch, padded on the left: each continues as the reference
+// continues it alone, with and without the cache.
+TEST_F(LlamaEndToEnd, ABatchOfPromptsOfDifferentLengthsContinuesAsEachAlone) {
+  const std::vector<std::pair<std::string, std::string>> prompts{
+      {"ab", "97,98"}, {"hello there", "104,101,108,108,111,32,116,104,101,114,101"}, {"x", "120"}};
+  std::ofstream(work_ + "/prompts.txt") << "ab\nhello there\nx\n";
+  for (const std::string family : {"llama3", "qwen3"}) {
+    SCOPED_TRACE(family);
+    for (const std::string cache : {"", " --no-kv-cache"}) {
+      const ProcessResult r = run_command(kBin + " generate --weights " + work_ + "/" + family + " --config " + work_ +
+                                          "/generate.ini --prompts " + work_ + "/prompts.txt --batch-size 3 "
+                                          "--temperature 0 --max-new-tokens 12 --tokenizer bytes" + cache);
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      std::istringstream lines(r.out);
+      for (const auto& [text, ids] : prompts) {
+        std::string line;
+        ASSERT_TRUE(std::getline(lines, line)) << r.out;
+        const ProcessResult alone =
+            run_command(kReference + " greedy " + work_ + "/" + family + " --prompt " + ids + " --new 12");
+        ASSERT_EQ(alone.exit_code, 0) << alone.err;
+        EXPECT_EQ(json::parse(line)["tokens"], json::parse(alone.out)) << text << cache;
+      }
+    }
+  }
+}
+
+// generation_config.json's eos_token_id (a list) ends a continuation before the EOS, and its
+// do_sample=false makes generation greedy without --temperature; --ignore-eos goes on.
+TEST_F(LlamaEndToEnd, GenerationStopsAtAnyEosIdOfGenerationConfig) {
+  const ProcessResult expected =
+      run_command(kReference + " greedy " + work_ + "/llama --prompt 104,101,108,108,111 --new 10");
+  ASSERT_EQ(expected.exit_code, 0) << expected.err;
+  const std::vector<int> greedy = json::parse(expected.out).get<std::vector<int>>();
+  const std::string dir = work_ + "/llama-eos";
+  fs::copy(work_ + "/llama", dir, fs::copy_options::recursive);
+  std::ofstream(dir + "/generation_config.json")
+      << json{{"do_sample", false}, {"temperature", 0.6}, {"eos_token_id", {1000, greedy[4]}}}.dump();
+  const std::string command = kBin + " generate --weights " + dir + " --config " + work_ +
+                              "/generate.ini --prompt hello --max-new-tokens 10 --tokenizer bytes";
+  const ProcessResult r = run_command(command);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto stop = std::find(greedy.begin(), greedy.end(), greedy[4]);  // its first appearance
+  EXPECT_EQ(json::parse(r.out)["tokens"], json(std::vector<int>(greedy.begin(), stop)));
+  EXPECT_EQ(json::parse(r.out)["finish_reason"], "stop");
+  const ProcessResult on = run_command(command + " --ignore-eos");
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  EXPECT_EQ(json::parse(on.out)["tokens"], json(greedy));
+  EXPECT_EQ(json::parse(on.out)["finish_reason"], "length");
 }
 
 // One window of 21 tokens (the train split's 21 bytes), one step: the loss and the gradient norm

@@ -1,8 +1,9 @@
-// The readers of a Hugging Face model directory's JSON: the input's first byte picks what the rest
-// is: even, a config.json as model.name=llama reads it (config/decoder_config.h); odd, a
-// model.safetensors.index.json (weights/hf_directory.h). An accepted config must describe a shape
-// the decoder can build (positive sizes, heads a multiple of the KV heads, an even head_dim); an
-// accepted index names at least one tensor, each in a plain file name.
+// The readers of a Hugging Face model directory's JSON: the input's first byte, modulo 3, picks
+// what the rest is: 0, a config.json as model.name=llama reads it (config/decoder_config.h); 1, a
+// model.safetensors.index.json (weights/hf_directory.h); 2, a generation_config.json. An accepted
+// config must describe a shape the decoder can build (positive sizes, heads a multiple of the KV
+// heads, an even head_dim); an accepted index names at least one tensor, each in a plain file
+// name; accepted generation defaults sample with temperature > 0, top_p in (0, 1], top_k >= 0.
 #include <filesystem>
 #include <string>
 
@@ -33,6 +34,20 @@ const char* const kIndex = R"({"metadata": {"total_size": 1024},
     "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors",
                    "model.norm.weight": "model-00002-of-00002.safetensors"}})";
 
+const char* const kGenerationConfigs[] = {
+    R"({"bos_token_id": 128000, "do_sample": true, "eos_token_id": [128001, 128008, 128009],
+        "temperature": 0.6, "top_p": 0.9, "transformers_version": "4.45.0"})",
+    R"({"bos_token_id": 151643, "pad_token_id": 151643, "do_sample": true, "eos_token_id": [151645, 151643],
+        "repetition_penalty": 1.05, "temperature": 0.7, "top_p": 0.8, "top_k": 20})",
+    R"({"_from_model_config": true, "eos_token_id": 2})",
+};
+
+void check_accepted(const config::GenerationDefaults& g) {
+  if (!(g.temperature > 0) || !(g.top_p > 0 && g.top_p <= 1) || g.top_k < 0) {
+    throw std::logic_error("accepted generation defaults that cannot be sampled with");
+  }
+}
+
 void check_accepted(const config::DecoderConfig& c) {
   const bool positive = c.vocab_size > 0 && c.hidden_size > 0 && c.layers > 0 && c.heads > 0 && c.kv_heads > 0 &&
                         c.head_dim > 0 && c.intermediate_size > 0 && c.max_positions > 0;
@@ -50,6 +65,10 @@ void write_seeds(const std::string& dir) {
     write_file(dir + "/config-" + std::to_string(i++) + ".json", std::string("\x00", 1) + config);
   }
   write_file(dir + "/index.json", std::string("\x01") + kIndex);
+  i = 0;
+  for (const char* generation : kGenerationConfigs) {
+    write_file(dir + "/generation-" + std::to_string(i++) + ".json", std::string("\x02") + generation);
+  }
 }
 
 }  // namespace hpctrain::fuzz
@@ -59,10 +78,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fuzz::silence_logs();
   if (size == 0) return 0;
   const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
-  const bool index = (data[0] & 1) != 0;
+  const int kind = data[0] % 3;
+  const bool index = kind == 1;
   try {
     if (index) {
       if (weights::parse_hf_index(text, "index").weight_map.empty()) throw std::logic_error("an empty index accepted");
+    } else if (kind == 2) {
+      fuzz::check_accepted(config::parse_generation_config(text, "generation_config.json"));
     } else {
       fuzz::check_accepted(config::parse_decoder_config(text, "config.json"));
     }

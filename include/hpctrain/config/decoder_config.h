@@ -57,6 +57,25 @@ DecoderConfig parse_decoder_config(const std::string& text, const std::string& w
 // Reads `path`: a config.json, or a directory that holds one. Throws ConfigError.
 DecoderConfig read_decoder_config(const std::string& path);
 
+// A model directory's generation_config.json: how transformers' generate() continues text with
+// the model unless told otherwise.
+struct GenerationDefaults {
+  bool present = false;                     // the file was there
+  bool do_sample = false;                   // false: greedy
+  double temperature = 1.0;
+  double top_p = 1.0;
+  std::int64_t top_k = 50;                  // transformers' default when the file has none
+  std::vector<std::int64_t> eos_token_ids;  // empty: config.json's
+};
+
+// Parses generation_config.json's text. Throws ConfigError naming `where` and the key for a value
+// of the wrong type or range (temperature > 0, top_p in (0, 1], top_k >= 0, ids >= 0).
+GenerationDefaults parse_generation_config(const std::string& text, const std::string& where);
+
+// The generation_config.json of `model_dir` (a directory, or the config.json in one); present=false
+// when there is none. Throws ConfigError.
+GenerationDefaults read_generation_config(const std::string& model_dir);
+
 // Where model.name=llama's config.json is: model.hf_config, else model.init_from's directory.
 // Throws ConfigError when neither is set.
 std::string decoder_config_path(const ModelConfig& config);
