@@ -26,7 +26,8 @@ struct BenchMode {
 };
 
 const std::vector<std::string> kModelFlags{"model", "batch-size", "steps", "bucket-mb", "device", "precision",
-                                           "layers", "heads", "embd", "block-size", "vocab", "check-collectives"};
+                                           "layers", "heads", "embd", "block-size", "vocab", "hf-config",
+                                           "check-collectives"};
 
 std::vector<std::string> with(std::vector<std::string> flags, const std::vector<std::string>& more) {
   flags.insert(flags.end(), more.begin(), more.end());

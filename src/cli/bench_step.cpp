@@ -13,12 +13,14 @@
 #include "bench.h"
 #include "hpctrain/comm/bootstrap.h"
 #include "hpctrain/comm/communicator.h"
+#include "hpctrain/config/decoder_config.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
 #include "hpctrain/ddp/grad_sync.h"
 #include "hpctrain/launch/command_start.h"
 #include "hpctrain/model/autocast.h"
 #include "hpctrain/model/flops.h"
+#include "hpctrain/model/language_model.h"
 #include "hpctrain/model/model.h"
 #include "hpctrain/observe/mfu.h"
 #include "hpctrain/runtime/device.h"
@@ -29,11 +31,12 @@ namespace hpctrain::cli {
 namespace {
 
 const char* const kStepUsage =
-    "usage: [mpirun -np N] hpctrain bench step [--model fashion_cnn|mlp|resnet|gpt] [--batch-size N]\n"
+    "usage: [mpirun -np N] hpctrain bench step [--model fashion_cnn|mlp|resnet|gpt|llama] [--batch-size N]\n"
     "                                          [--steps 20] [--bucket-mb 25] [--device cpu|cuda]\n"
     "                                          [--precision fp32|bf16|fp16] [--tf32 true|false]\n"
     "                                          [--check-collectives true|false]\n"
     "         gpt only: [--layers 12] [--heads 12] [--embd 768] [--block-size 1024] [--vocab 50257]\n"
+    "         llama only: --hf-config FILE (a config.json: configs/models/ has some) [--block-size 1024]\n"
     "         sharding: --zero-stage 0|1|2|3 [--optimizer adamw|sgd] (on a CPU, so without --tf32)\n"
     "         the update: --update [--cuda-graphs] [--profile FILE]\n\n"
     "Times one training step of --model on random data, batch --batch-size per rank (default 64;\n"
@@ -165,6 +168,27 @@ std::string text_flag(const config::ParsedArgs& parsed, const std::string& name,
   return parsed.has(name) ? parsed.flags.at(name) : fallback;
 }
 
+// --model llama: the shape of --hf-config's config.json, on windows of --block-size random tokens.
+BenchModel llama_bench_model(const config::ParsedArgs& parsed, BenchModel bench) {
+  for (const char* flag : {"layers", "heads", "embd", "vocab"}) {
+    if (parsed.has(flag)) {
+      throw ConfigError(std::string("bench step: --") + flag + " is for --model gpt; llama's shape is --hf-config's");
+    }
+  }
+  if (!parsed.has("hf-config")) throw ConfigError("bench step --model llama needs --hf-config FILE (a config.json)");
+  config::ModelConfig& m = bench.config;
+  m.hf_config = parsed.flags.at("hf-config");
+  const config::DecoderConfig shape = config::read_decoder_config(m.hf_config);
+  m.gpt_block_size = int_flag(parsed, "bench step", "block-size", "1024");
+  if (m.gpt_block_size < 1 || m.gpt_block_size > model::context_length(shape)) {
+    throw ConfigError("bench step: --block-size must be from 1 to " + shape.where + "'s context, " +
+                      std::to_string(model::context_length(shape)));
+  }
+  bench.spec = {{m.gpt_block_size}, shape.vocab_size, /*token_ids=*/true};
+  bench.default_batch = 8;
+  return bench;
+}
+
 BenchModel bench_model(const config::ParsedArgs& parsed) {
   BenchModel bench;
   config::ModelConfig& m = bench.config;
@@ -179,6 +203,8 @@ BenchModel bench_model(const config::ParsedArgs& parsed) {
   }
   m.mlp_hidden = "512,256";
   m.dropout = 0.0;
+  if (m.name == config::ModelName::kLlama) return llama_bench_model(parsed, bench);
+  if (parsed.has("hf-config")) throw ConfigError("bench step: --hf-config is for --model llama");
   if (m.name != config::ModelName::kGpt) {
     for (const char* flag : {"layers", "heads", "embd", "block-size", "vocab"}) {
       if (parsed.has(flag)) throw ConfigError(std::string("bench step: --") + flag + " is for --model gpt");

@@ -78,7 +78,7 @@ class AttentionImpl : public nn::Module {
   // Causal attention over the sequence itself; `mask` (additive, [B, 1, T, T]) when defined.
   at::Tensor forward(const at::Tensor& x, const RotaryAngles& angles, const at::Tensor& mask = {}) {
     const Heads h = project(x, angles);
-    return output(x, attend(h.queries, repeated(h.keys), repeated(h.values), /*past=*/0, mask));
+    return output(x, attend(h.queries, h.keys, h.values, /*past=*/0, mask));
   }
 
   // The new tokens' attention over the cached ones and themselves; their keys and values (rotated,
@@ -88,7 +88,7 @@ class AttentionImpl : public nn::Module {
     const Heads h = project(x, angles);
     keys = keys.defined() ? torch::cat({keys, h.keys}, 2) : h.keys;
     values = values.defined() ? torch::cat({values, h.values}, 2) : h.values;
-    return output(x, attend(h.queries, repeated(keys), repeated(values), keys.size(2) - x.size(1), mask));
+    return output(x, attend(h.queries, keys, values, keys.size(2) - x.size(1), mask));
   }
 
   void adaptable(const std::string& where, std::vector<AdaptableLinear>& out) {
@@ -127,23 +127,30 @@ class AttentionImpl : public nn::Module {
     return kv.unsqueeze(2).expand({b, kv_heads_, heads_ / kv_heads_, s, head_dim_}).reshape({b, heads_, s, head_dim_});
   }
 
-  // Softmax(q k^T / sqrt(head_dim) + mask) v, query i at position past + i seeing keys up to it;
-  // `padding` (additive, [B, 1, T, past + T]) masks what a batch's padding must not see.
+  // Softmax(q k^T / sqrt(head_dim) + mask) v of queries [B, heads, T, head_dim] over keys and
+  // values [B, kv_heads, past + T, head_dim], query i at position past + i seeing keys up to it;
+  // `padding` (additive, [B, 1, 1, past + T]) masks what a batch's padding must not see. The
+  // query heads of one KV head are one batch of rows against it: no copy of the keys per head.
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, std::int64_t past,
                     const at::Tensor& padding) const {
 #if HT_FUSED_ATTENTION
     if (past == 0 && !padding.defined()) {
-      return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, 0.0, /*is_causal=*/true);
+      return at::scaled_dot_product_attention(q, repeated(k), repeated(v), /*attn_mask=*/{}, 0.0, /*is_causal=*/true);
     }
 #endif
+    const std::int64_t b = q.size(0);
     const std::int64_t t = q.size(2);
+    const std::int64_t group = heads_ / kv_heads_;
     const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
-    const at::Tensor scores = torch::matmul(q, k.transpose(-2, -1)).mul(scale);
-    at::Tensor mask = torch::full({t, past + t}, -std::numeric_limits<float>::infinity(), scores.options())
-                          .triu(/*diagonal=*/past + 1);
-    if (padding.defined()) mask = mask + padding;
-    const at::Tensor weights = torch::softmax(scores.add(mask), -1, torch::kFloat).to(q.scalar_type());
-    return torch::matmul(weights, v);
+    at::Tensor scores = torch::matmul(q.reshape({b, kv_heads_, group * t, head_dim_}), k.transpose(-2, -1)).mul(scale);
+    if (t > 1 || padding.defined()) {  // one new token sees every cached one
+      at::Tensor mask = torch::full({t, past + t}, -std::numeric_limits<float>::infinity(), scores.options())
+                            .triu(/*diagonal=*/past + 1);
+      if (padding.defined()) mask = mask + padding.unsqueeze(1);
+      scores = scores.view({b, kv_heads_, group, t, past + t}).add(mask).view({b, kv_heads_, group * t, past + t});
+    }
+    const at::Tensor weights = torch::softmax(scores, -1, torch::kFloat).to(q.scalar_type());
+    return torch::matmul(weights, v).view({b, heads_, t, head_dim_});
   }
 
   at::Tensor output(const at::Tensor& x, const at::Tensor& heads) {

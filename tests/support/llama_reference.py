@@ -7,9 +7,9 @@ Qwen3's per-head RMSNorm of queries and keys, a tied or separate output layer. F
 Hugging Face model directories: config.json and model.safetensors, or shards with
 model.safetensors.index.json.
 
-  llama_reference.py make DIR --family F [--seed S] [--shards N]
-      a small model of family F (llama, llama3, qwen2, qwen3, mistral; GQA in each) with random
-      weights, written to DIR, with DIR/tokens.safetensors ("token_ids" int64 [3, T]) and
+  llama_reference.py make DIR --family F [--seed S] [--shards N] [--config FILE]
+      a small model of family F (llama, llama3, qwen2, qwen3, mistral; GQA in each), its keys
+      overridden by FILE's (a config.json, for a larger shape), with random weights, written to DIR, with DIR/tokens.safetensors ("token_ids" int64 [3, T]) and
       DIR/expected.safetensors (the module's "logits" on them)
   llama_reference.py logits DIR --tokens FILE --out FILE [--mutate M]
       DIR's weights loaded strictly (every tensor named once, shapes as config.json's), its
@@ -35,15 +35,17 @@ model.safetensors.index.json.
       from adapter_model.safetensors (base_model.model.<module>.lora_A/B.weight), every tensor of
       which must be used; the logits on FILE's token_ids written as "logits", the largest |B A|
       printed as JSON
-  llama_reference.py greedy DIR --prompt IDS --new N [--no-cache]
+  llama_reference.py greedy DIR --prompt IDS --new N [--no-cache] [--time]
       greedy continuation of the comma-separated ids IDS, N tokens, printed as JSON ids; with a
-      KV cache (the new token's keys and values appended), or recomputing the whole sequence
+      KV cache (the new token's keys and values appended), or recomputing the whole sequence;
+      --time: {"tokens": ids, "seconds": the loop's time} instead
 """
 import argparse
 import json
 import math
 import os
 import sys
+import time
 
 import torch
 from torch import nn
@@ -273,6 +275,9 @@ def load_directory(directory):
 def make(args):
     torch.manual_seed(args.seed)
     cfg = full_config(args.family)
+    if args.config:
+        with open(args.config) as f:
+            cfg.update(json.load(f))
     model = Decoder(cfg)
     randomize(model, args.seed)
     write_directory(args.dir, cfg, model.state_dict(), args.shards)
@@ -367,6 +372,7 @@ def greedy(args):
     model = load_directory(args.dir)
     ids = [int(i) for i in args.prompt.split(",")]
     out = []
+    start_time = time.perf_counter()
     caches = None if args.no_cache else [{} for _ in model.model.layers]
     with torch.no_grad():
         step_input, start = torch.tensor([ids]), 0
@@ -379,7 +385,10 @@ def greedy(args):
             token = int(logits_[0, -1].argmax())
             out.append(token)
             step_input = torch.tensor([[token]])
-    print(json.dumps(out))
+    if args.time:
+        print(json.dumps({"tokens": out, "seconds": time.perf_counter() - start_time}))
+    else:
+        print(json.dumps(out))
 
 
 def main():
@@ -390,6 +399,7 @@ def main():
     p.add_argument("--family", choices=sorted(FAMILIES), required=True)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--shards", type=int, default=1)
+    p.add_argument("--config")
     p.set_defaults(run=make)
     p = sub.add_parser("logits")
     p.add_argument("dir")
@@ -425,6 +435,7 @@ def main():
     p.add_argument("--prompt", required=True)
     p.add_argument("--new", type=int, required=True)
     p.add_argument("--no-cache", action="store_true")
+    p.add_argument("--time", action="store_true")
     p.set_defaults(run=greedy)
     args = parser.parse_args()
     args.run(args)
