@@ -70,7 +70,8 @@ def main():
     print(json.dumps({"framework": f"pytorch {torch.__version__} eager", "precision": args.precision,
                       "parameters": sum(p.numel() for p in model.parameters()),
                       "batch_size": args.batch_size, "block_size": args.block_size,
-                      "step_ms": round(step_s * 1e3, 3), "tokens_per_s": round(args.batch_size * args.block_size / step_s)}))
+                      "step_ms": round(step_s * 1e3, 3),
+                      "tokens_per_s": round(args.batch_size * args.block_size / step_s)}))
 
 
 if __name__ == "__main__":

@@ -176,7 +176,8 @@ std::vector<std::string> gpt2_pretokens(std::string_view utf8) {
 
 Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& encoder_json, const std::string& merges) {
   Gpt2Tokenizer t;
-  const nlohmann::json encoder = nlohmann::json::parse(sys::read_small_file<DataError>(encoder_json, kMaxFileBytes, "a tokenizer file"), nullptr, false);
+  const nlohmann::json encoder = nlohmann::json::parse(
+      sys::read_small_file<DataError>(encoder_json, kMaxFileBytes, "a tokenizer file"), nullptr, false);
   if (!encoder.is_object() || encoder.empty()) {
     throw DataError(encoder_json + ": not GPT-2's encoder.json (a JSON object of token -> id)");
   }

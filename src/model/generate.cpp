@@ -46,7 +46,8 @@ at::Tensor next_logits_same_length(Model& model, CachedLanguageModel* cached, Kv
                                    c10::Device device) {
   const auto total = static_cast<std::int64_t>(tokens[0].size());
   if (cached != nullptr && total <= context) {
-    return cached->forward_cached(as_batch(tokens, static_cast<std::size_t>(cache.length), device), cache).select(1, -1);
+    const at::Tensor fresh = as_batch(tokens, static_cast<std::size_t>(cache.length), device);
+    return cached->forward_cached(fresh, cache).select(1, -1);
   }
   const auto from = static_cast<std::size_t>(std::max<std::int64_t>(0, total - context));
   return model.forward(as_batch(tokens, from, device)).select(1, -1);

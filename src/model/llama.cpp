@@ -55,6 +55,10 @@ struct AdaptableLinear {
   std::unique_ptr<LoraAdapter>* adapter;
 };
 
+nn::Linear linear(std::int64_t in, std::int64_t out, bool bias) {
+  return nn::Linear(nn::LinearOptions(in, out).bias(bias));
+}
+
 class AttentionImpl : public nn::Module {
  public:
   explicit AttentionImpl(const config::DecoderConfig& c)
@@ -69,10 +73,6 @@ class AttentionImpl : public nn::Module {
       q_norm_ = register_module("q_norm", RmsNorm(c.head_dim, c.rms_norm_eps));
       k_norm_ = register_module("k_norm", RmsNorm(c.head_dim, c.rms_norm_eps));
     }
-  }
-
-  static nn::Linear linear(std::int64_t in, std::int64_t out, bool bias) {
-    return nn::Linear(nn::LinearOptions(in, out).bias(bias));
   }
 
   // Causal attention over the sequence itself; `mask` (additive, [B, 1, T, T]) when defined.
@@ -175,10 +175,9 @@ TORCH_MODULE(Attention);
 class SwiGluImpl : public nn::Module {
  public:
   explicit SwiGluImpl(const config::DecoderConfig& c)
-      : gate_proj_(register_module("gate_proj", AttentionImpl::linear(c.hidden_size, c.intermediate_size, c.mlp_bias))),
-        up_proj_(register_module("up_proj", AttentionImpl::linear(c.hidden_size, c.intermediate_size, c.mlp_bias))),
-        down_proj_(
-            register_module("down_proj", AttentionImpl::linear(c.intermediate_size, c.hidden_size, c.mlp_bias))) {}
+      : gate_proj_(register_module("gate_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias))),
+        up_proj_(register_module("up_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias))),
+        down_proj_(register_module("down_proj", linear(c.intermediate_size, c.hidden_size, c.mlp_bias))) {}
 
   at::Tensor forward(const at::Tensor& x) {
     const at::Tensor gated = torch::silu(adapted(gate_proj_, gate_lora_, x)) * adapted(up_proj_, up_lora_, x);
@@ -262,7 +261,7 @@ class Llama final : public nn::Module, public Model, public CachedLanguageModel,
     }
     norm_ = body_->register_module("norm", RmsNorm(c.hidden_size, c.rms_norm_eps));
     if (!c.tie_word_embeddings) {
-      lm_head_ = register_module("lm_head", AttentionImpl::linear(c.hidden_size, c.vocab_size, false));
+      lm_head_ = register_module("lm_head", linear(c.hidden_size, c.vocab_size, false));
     }
     initialize();
   }

@@ -89,7 +89,8 @@ int verify(const ckpt::CheckpointReader& reader) {
   return 0;
 }
 
-// --format (pytorch, safetensors; hf is export_hf_directory's), with --to state_dict kept as the older spelling of pytorch.
+// --format (pytorch, safetensors; hf is export_hf_directory's), with --to state_dict kept as the
+// older spelling of pytorch.
 weights::WeightFormat export_format(const config::ParsedArgs& parsed) {
   const std::string format = parsed.has("format") ? parsed.flags.at("format") : "pytorch";
   const std::string to = parsed.has("to") ? parsed.flags.at("to") : "state_dict";

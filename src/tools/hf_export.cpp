@@ -195,7 +195,9 @@ int export_hf_directory(const ckpt::CheckpointReader& reader, const config::Pars
                       reader.path() + " holds model " + reader.meta().model_name +
                       " (a gpt's: --format safetensors --names hf-gpt2)");
   }
-  if (parsed.has("names")) throw ConfigError("ckpt export --format hf names tensors as transformers does; drop --names");
+  if (parsed.has("names")) {
+    throw ConfigError("ckpt export --format hf names tensors as transformers does; drop --names");
+  }
   if (!parsed.has("out")) throw ConfigError("ckpt export: --out DIR is required");
   const config::Config config = checkpoint_config(reader);
   const std::string source = config::decoder_config_path(config.model);

@@ -14,6 +14,7 @@ trap 'rm -rf "$work"' EXIT
   > /dev/null 2>&1 || fail "prepare fashion-mnist"
 tiny_gpt="--model gpt --layers 1 --heads 2 --embd 8 --block-size 8 --vocab 16 --batch-size 2 --steps 1"
 tiny_cnn="--model fashion_cnn --batch-size 2 --steps 1"
+tiny_llama="--model llama --hf-config $(dirname "$0")/../../configs/models/tiny-llama --block-size 8 --batch-size 2 --steps 1"
 
 # mode | its selector and every flag it documents, with values | what it must print (exit 0), or
 # "error: TEXT" for a flag that needs what this machine lacks.
@@ -22,8 +23,11 @@ cases=(
   "data --io|--data $work/data --io --split train --repeats 1 --cache-mb 64 --cold|mpio"
   "comm|--backend mpi --min-bytes 4KiB --max-bytes 8KiB --iters 2 --rounds 1 --check-collectives false|unchecked"
   "step|$tiny_gpt --bucket-mb 1 --device cpu --precision bf16 --tf32 true --check-collectives false|step, overlap on"
+  "step|$tiny_llama --precision fp32|step, overlap on"
   "step --zero-stage|$tiny_gpt --zero-stage 1 --optimizer sgd --bucket-mb 1 --device cpu --precision fp32 --check-collectives true|optimizer step ms"
+  "step --zero-stage|$tiny_llama --zero-stage 3|optimizer step ms"
   "step --update|$tiny_gpt --update --bucket-mb 1 --device cpu --precision fp32 --tf32 false --check-collectives true|multi-tensor / per tensor speed"
+  "step --update|$tiny_llama --update --precision bf16|multi-tensor / per tensor speed"
   "step --update|$tiny_cnn --update --device cuda|error: bench step --device cuda: libtorch sees no GPU"
   "step --update|$tiny_cnn --update --cuda-graphs|error: bench step --cuda-graphs needs --device cuda"
   "step --update|$tiny_cnn --update --profile $work/profile.json|"

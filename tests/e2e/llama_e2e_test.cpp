@@ -1,11 +1,12 @@
 // The llama model against the plain-PyTorch reference (tests/support/llama_reference.py), through
 // the real executable, for each family at small shapes with grouped-query attention: `hpctrain
-// forward`'s logits, greedy generation with and without the KV cache, the first training step's
-// loss and gradient norm, a sharded directory against one file, ZeRO stage 3 against stage 0;
-// `ckpt export --format hf` of a stage-3 run and of a LoRA run (a PEFT adapter, a merged model),
-// loaded strictly by the reference; the reference's own mistakes (a wrong RoPE, swapped gate/up, KV heads repeated in the wrong
-// order) are far outside the tolerance; broken model directories are refused in one line, with
-// their exit code and no run directory.
+// forward`'s logits (with an attention_mask too), greedy generation with and without the KV cache,
+// a batch of prompts of different lengths, the stop at an EOS id, the first training step's loss
+// and gradient norm, a sharded directory against one file, ZeRO stage 3 against stage 0; `ckpt
+// export --format hf` of a stage-3 run and of a LoRA run (a PEFT adapter, a merged model), loaded
+// strictly by the reference; the reference's own mistakes (a wrong RoPE, swapped gate/up, KV heads
+// repeated in the wrong order) are far outside the tolerance; broken model directories are refused
+// in one line, with their exit code and no run directory.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -118,7 +119,8 @@ TEST_F(LlamaEndToEnd, GreedyGenerationEqualsTheReferencesWithAndWithoutTheCache)
     for (const std::string cache : {"", " --no-kv-cache"}) {
       const ProcessResult r = run_command(kBin + " generate --weights " + work_ + "/" + family + " --config " + work_ +
                                           "/generate.ini --prompt " + prompt +
-                                          " --temperature 0 --max-new-tokens 40 --tokenizer bytes --ignore-eos" + cache);
+                                          " --temperature 0 --max-new-tokens 40 --tokenizer bytes --ignore-eos" +
+                                          cache);
       ASSERT_EQ(r.exit_code, 0) << r.err;
       EXPECT_EQ(json::parse(r.out)["tokens"], json::parse(expected.out)) << cache;
     }
@@ -240,7 +242,8 @@ TEST_F(LlamaEndToEnd, AnAttentionMaskGivesEachPaddedRowItsOwnLogits) {
     ASSERT_EQ(run_command(kReference + " logits " + dir + " --tokens " + dir + "/row" + row + ".safetensors --out " +
                           alone).exit_code, 0);
     const ProcessResult c =
-        run_command(kReference + " compare " + ours + " " + alone + " --row " + row + " --from " + (row == "2" ? "6" : "0"));
+        run_command(kReference + " compare " + ours + " " + alone + " --row " + row + " --from " +
+                    (row == "2" ? "6" : "0"));
     ASSERT_EQ(c.exit_code, 0) << c.out << c.err;
     EXPECT_LT(json::parse(c.out)["max_relative_difference"].get<double>(), kTolerance) << "row " << row;
   }
@@ -283,13 +286,15 @@ TEST_F(LlamaEndToEnd, ExportOfAStageThreeRunIsADirectoryTheReferenceLoads) {
   const ProcessResult flat = run_command(kBin + " ckpt export " + ckpt + " --format safetensors --out " + work_ +
                                          "/export-flat.safetensors");
   ASSERT_EQ(flat.exit_code, 0) << flat.err;
-  const ProcessResult same = run_command(kReference + " same-weights " + out + " " + work_ + "/export-flat.safetensors");
+  const ProcessResult same =
+      run_command(kReference + " same-weights " + out + " " + work_ + "/export-flat.safetensors");
   ASSERT_EQ(same.exit_code, 0) << same.out << same.err;
   EXPECT_EQ(json::parse(same.out)["max_abs_difference"].get<double>(), 0.0) << same.out;
 
   const std::string tokens = work_ + "/qwen2/tokens.safetensors";
   const ProcessResult theirs =
-      run_command(kReference + " logits " + out + " --tokens " + tokens + " --out " + work_ + "/exported-ref.safetensors");
+      run_command(kReference + " logits " + out + " --tokens " + tokens + " --out " + work_ +
+                  "/exported-ref.safetensors");
   ASSERT_EQ(theirs.exit_code, 0) << theirs.err;
   EXPECT_LT(difference(forward("exported", "qwen2"), work_ + "/exported-ref.safetensors"), kTolerance);
   EXPECT_GT(difference(work_ + "/exported-ref.safetensors", work_ + "/qwen2/expected.safetensors"), 1e-3)
@@ -325,8 +330,9 @@ TEST_F(LlamaEndToEnd, ALoraRunExportsAPeftAdapterAndTheMergedModel) {
       run_command(kBin + " ckpt export " + ckpt + " --format hf --merge --out " + work_ + "/merged");
   ASSERT_EQ(merged.exit_code, 0) << merged.err;
 
-  const ProcessResult peft = run_command(kReference + " peft-logits " + work_ + "/llama " + work_ + "/adapter --tokens " +
-                                         work_ + "/llama/tokens.safetensors --out " + work_ + "/peft.safetensors");
+  const ProcessResult peft =
+      run_command(kReference + " peft-logits " + work_ + "/llama " + work_ + "/adapter --tokens " + work_ +
+                  "/llama/tokens.safetensors --out " + work_ + "/peft.safetensors");
   ASSERT_EQ(peft.exit_code, 0) << peft.err;
   EXPECT_GT(json::parse(peft.out)["largest_update"].get<double>(), 1e-4) << "the adapters did not train";
   EXPECT_LT(difference(forward("merged", "llama"), work_ + "/peft.safetensors"), kTolerance);

@@ -9,7 +9,8 @@ model.safetensors.index.json.
 
   llama_reference.py make DIR --family F [--seed S] [--shards N] [--config FILE]
       a small model of family F (llama, llama3, qwen2, qwen3, mistral; GQA in each), its keys
-      overridden by FILE's (a config.json, for a larger shape), with random weights, written to DIR, with DIR/tokens.safetensors ("token_ids" int64 [3, T]) and
+      overridden by FILE's (a config.json, for a larger shape), with random weights, written to DIR,
+      with DIR/tokens.safetensors ("token_ids" int64 [3, T]) and
       DIR/expected.safetensors (the module's "logits" on them)
   llama_reference.py logits DIR --tokens FILE --out FILE [--mutate M]
       DIR's weights loaded strictly (every tensor named once, shapes as config.json's), its
