@@ -187,9 +187,18 @@ void write_adapter(const StagedDirectory& dir, const config::Config& config, ckp
   weights::write_weights(dir.file("adapter_model.safetensors"), adapters, weights::WeightFormat::kSafetensors, {});
 }
 
-}  // namespace
+// What the export was asked for, read from the checkpoint and the command line and checked.
+struct ExportRequest {
+  config::Config config;       // the run's
+  std::string source;          // its config.json (a file or the directory holding it)
+  config::DecoderConfig shape;
+  bool adapters = false;       // a LoRA run's checkpoint
+  bool merge = false;
+  bool average = false;        // --ema
+  std::string out;
+};
 
-int export_hf_directory(const ckpt::CheckpointReader& reader, const config::ParsedArgs& parsed) {
+ExportRequest export_request(const ckpt::CheckpointReader& reader, const config::ParsedArgs& parsed) {
   if (reader.meta().model_name != "llama") {
     throw ConfigError("ckpt export --format hf writes a model.name=llama checkpoint as a Hugging Face directory; " +
                       reader.path() + " holds model " + reader.meta().model_name +
@@ -199,51 +208,69 @@ int export_hf_directory(const ckpt::CheckpointReader& reader, const config::Pars
     throw ConfigError("ckpt export --format hf names tensors as transformers does; drop --names");
   }
   if (!parsed.has("out")) throw ConfigError("ckpt export: --out DIR is required");
-  const config::Config config = checkpoint_config(reader);
-  const std::string source = config::decoder_config_path(config.model);
-  const config::DecoderConfig shape = config::read_decoder_config(source);
-  const bool adapters = reader.has_group(ckpt::group::kBase);
-  const bool merge = parsed.has("merge");
-  const bool average = parsed.has("ema");
-  if (merge && !adapters) {
+  ExportRequest r;
+  r.config = checkpoint_config(reader);
+  r.source = config::decoder_config_path(r.config.model);
+  r.shape = config::read_decoder_config(r.source);
+  r.adapters = reader.has_group(ckpt::group::kBase);
+  r.merge = parsed.has("merge");
+  r.average = parsed.has("ema");
+  r.out = parsed.flags.at("out");
+  if (r.merge && !r.adapters) {
     throw ConfigError("ckpt export --merge folds LoRA adapters into their base; " + reader.path() +
                       " holds none (not a model.lora_rank run): drop --merge");
   }
-  if (average && !reader.has_group(ckpt::group::kEma)) {
+  if (r.average && !reader.has_group(ckpt::group::kEma)) {
     throw ConfigError("ckpt export --ema: " + reader.path() + " holds no moving average (train.ema_decay was 0)");
   }
-  const std::int64_t max_shard = parse_bytes(
-      parsed.has("max-shard-size") ? parsed.flags.at("max-shard-size") : kDefaultShardSize, "--max-shard-size");
-  const std::string out = parsed.flags.at("out");
-  StagedDirectory dir(out);
-  if (adapters && !merge) {
-    ckpt::NamedTensors tensors = reader.read_group(ckpt::group::kModel);
-    if (average) tensors = averaged(reader, std::move(tensors));
-    const std::size_t count = tensors.size();
-    write_adapter(dir, config, std::move(tensors), parsed.has("dtype") ? dtype_named(parsed.flags.at("dtype"))
-                                                                       : at::kFloat);
-    dir.publish();
-    std::cout << "exported the LoRA adapters of model llama (" << count << " tensor(s)) as a PEFT adapter directory "
-              << out << "\n";
-    return 0;
-  }
-  if (merge && shape.tie_word_embeddings && reader.has(ckpt::group::kModel, "lm_head.lora_A.weight")) {
+  if (r.merge && r.shape.tie_word_embeddings && reader.has(ckpt::group::kModel, "lm_head.lora_A.weight")) {
     throw ConfigError("ckpt export --merge: the adapter on the output layer cannot be merged: it is the token "
                       "embedding (tie_word_embeddings), which merging would change for the inputs too; export the "
                       "adapters without --merge");
   }
-  const at::ScalarType dtype = export_dtype(parsed, shape.torch_dtype);
-  const weights::Weights which = average ? weights::Weights::kAverageIfKept : weights::Weights::kTrained;
-  const ckpt::NamedTensors merged = merge ? merged_weights(reader, config, which) : ckpt::NamedTensors{};
-  const weights::HfWeightsWritten written = weights::write_hf_weights(
-      dir.path(), merge ? in_memory(merged, shape) : checkpoint_tensors(reader, shape, average), dtype, max_shard);
-  write_model_config(dir, source, dtype);
+  return r;
+}
+
+int export_adapter_directory(const ckpt::CheckpointReader& reader, const config::ParsedArgs& parsed,
+                             const ExportRequest& r) {
+  StagedDirectory dir(r.out);
+  ckpt::NamedTensors tensors = reader.read_group(ckpt::group::kModel);
+  if (r.average) tensors = averaged(reader, std::move(tensors));
+  const std::size_t count = tensors.size();
+  const at::ScalarType dtype = parsed.has("dtype") ? dtype_named(parsed.flags.at("dtype")) : at::kFloat;
+  write_adapter(dir, r.config, std::move(tensors), dtype);
   dir.publish();
-  std::cout << "exported model llama" << (merge ? " with its adapters merged" : "")
-            << (average ? " (the moving average)" : "") << " as a Hugging Face directory " << out << ": "
+  std::cout << "exported the LoRA adapters of model llama (" << count << " tensor(s)) as a PEFT adapter directory "
+            << r.out << "\n";
+  return 0;
+}
+
+int export_model_directory(const ckpt::CheckpointReader& reader, const config::ParsedArgs& parsed,
+                           const ExportRequest& r) {
+  const std::int64_t max_shard = parse_bytes(
+      parsed.has("max-shard-size") ? parsed.flags.at("max-shard-size") : kDefaultShardSize, "--max-shard-size");
+  const at::ScalarType dtype = export_dtype(parsed, r.shape.torch_dtype);
+  StagedDirectory dir(r.out);
+  const weights::Weights which = r.average ? weights::Weights::kAverageIfKept : weights::Weights::kTrained;
+  const ckpt::NamedTensors merged = r.merge ? merged_weights(reader, r.config, which) : ckpt::NamedTensors{};
+  const std::vector<weights::TensorToWrite> tensors =
+      r.merge ? in_memory(merged, r.shape) : checkpoint_tensors(reader, r.shape, r.average);
+  const weights::HfWeightsWritten written = weights::write_hf_weights(dir.path(), tensors, dtype, max_shard);
+  write_model_config(dir, r.source, dtype);
+  dir.publish();
+  std::cout << "exported model llama" << (r.merge ? " with its adapters merged" : "")
+            << (r.average ? " (the moving average)" : "") << " as a Hugging Face directory " << r.out << ": "
             << written.files << " safetensors file(s), " << bytes_text(written.total_bytes) << " in "
             << hf_dtype_name(dtype) << "\n";
   return 0;
+}
+
+}  // namespace
+
+int export_hf_directory(const ckpt::CheckpointReader& reader, const config::ParsedArgs& parsed) {
+  const ExportRequest request = export_request(reader, parsed);
+  if (request.adapters && !request.merge) return export_adapter_directory(reader, parsed, request);
+  return export_model_directory(reader, parsed, request);
 }
 
 }  // namespace hpctrain::cli

@@ -310,6 +310,17 @@ TEST_F(LlamaEndToEnd, ExportOfAStageThreeRunIsADirectoryTheReferenceLoads) {
   EXPECT_EQ(again.exit_code, 2);
   EXPECT_NE(again.err.find("exists and is not an empty directory"), std::string::npos) << again.err;
   EXPECT_TRUE(fs::exists(out + "/model-00001-of-00005.safetensors"));
+  for (const auto& [flags, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {"--merge", "holds none (not a model.lora_rank run): drop --merge"},
+           {"--dtype float64", "--dtype 'float64' is not float32, bfloat16 or float16"},
+           {"--names hf-gpt2", "names tensors as transformers does; drop --names"}}) {
+    const ProcessResult bad =
+        run_command(kBin + " ckpt export " + ckpt + " --format hf " + flags + " --out " + work_ + "/refused");
+    EXPECT_EQ(bad.exit_code, 2) << bad.err;
+    EXPECT_EQ(count_lines_with(bad.err, "hpctrain: error:"), 1) << bad.err;
+    EXPECT_NE(bad.err.find(fragment), std::string::npos) << bad.err;
+    EXPECT_FALSE(fs::exists(work_ + "/refused")) << flags;
+  }
 }
 
 // A LoRA run's adapters as a PEFT adapter directory, which the reference applies as PEFT does,
