@@ -92,6 +92,10 @@ std::set<std::string> lora_targets(const config::ModelConfig& config) {
   return targets;
 }
 
+std::vector<std::string> lora_target_items(const config::ModelConfig& config) {
+  return comma_list(config.lora_targets);
+}
+
 bool is_adapter_parameter(const std::string& name) { return ends_with(name, kAdapterA) || ends_with(name, kAdapterB); }
 
 bool has_adapters(Model& model) {

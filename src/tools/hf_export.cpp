@@ -8,12 +8,12 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "hpctrain/config/decoder_config.h"
 #include "hpctrain/core/error.h"
@@ -125,10 +125,9 @@ std::vector<weights::TensorToWrite> in_memory(const ckpt::NamedTensors& tensors,
   return out;
 }
 
-// config.json as the source directory has it, with the dtype of the weights written.
-void write_model_config(const StagedDirectory& dir, const std::string& source, at::ScalarType dtype) {
-  std::string file = source;
-  if (fs::is_directory(source)) file = (fs::path(source) / "config.json").string();
+// config.json as the source directory has it (`file`, the one read_decoder_config read), with the
+// dtype of the weights written.
+void write_model_config(const StagedDirectory& dir, const std::string& file, at::ScalarType dtype) {
   json config = json::parse(sys::read_small_file<ConfigError>(file, kMaxConfigBytes, "the model's config.json"),
                             nullptr, false);
   if (!config.is_object()) throw ConfigError(file + ": not a JSON object; not a model's config.json");
@@ -146,15 +145,11 @@ void write_model_config(const StagedDirectory& dir, const std::string& source, a
 // PEFT's target_modules: the options' module names when they are plain names (PEFT matches them
 // as hpctrain does, as the last parts of a module's name), else every adapted module by name.
 json target_modules(const config::ModelConfig& model, const ckpt::NamedTensors& adapters) {
-  std::vector<std::string> plain;
-  bool all_plain = true;
-  std::stringstream list(model.lora_targets);
-  for (std::string item; std::getline(list, item, ',');) {
-    if (item.empty()) continue;
-    all_plain = all_plain && item != "all-linear" && item.find_first_of("*?[.") == std::string::npos;
-    plain.push_back(item);
-  }
-  if (all_plain) return plain;
+  const std::vector<std::string> items = model::lora_target_items(model);
+  const bool all_plain = std::all_of(items.begin(), items.end(), [](const std::string& item) {
+    return item != "all-linear" && item.find_first_of("*?[.") == std::string::npos;
+  });
+  if (all_plain) return items;
   std::set<std::string> modules;
   for (const auto& [name, tensor] : adapters) {
     if (model::is_adapter_parameter(name)) modules.insert(name.substr(0, name.rfind(".lora_")));
@@ -190,8 +185,7 @@ void write_adapter(const StagedDirectory& dir, const config::Config& config, ckp
 // What the export was asked for, read from the checkpoint and the command line and checked.
 struct ExportRequest {
   config::Config config;       // the run's
-  std::string source;          // its config.json (a file or the directory holding it)
-  config::DecoderConfig shape;
+  config::DecoderConfig shape;  // of its config.json, whose path is shape.where
   bool adapters = false;       // a LoRA run's checkpoint
   bool merge = false;
   bool average = false;        // --ema
@@ -210,8 +204,7 @@ ExportRequest export_request(const ckpt::CheckpointReader& reader, const config:
   if (!parsed.has("out")) throw ConfigError("ckpt export: --out DIR is required");
   ExportRequest r;
   r.config = checkpoint_config(reader);
-  r.source = config::decoder_config_path(r.config.model);
-  r.shape = config::read_decoder_config(r.source);
+  r.shape = config::read_decoder_config(config::decoder_config_path(r.config.model));
   r.adapters = reader.has_group(ckpt::group::kBase);
   r.merge = parsed.has("merge");
   r.average = parsed.has("ema");
@@ -256,7 +249,7 @@ int export_model_directory(const ckpt::CheckpointReader& reader, const config::P
   const std::vector<weights::TensorToWrite> tensors =
       r.merge ? in_memory(merged, r.shape) : checkpoint_tensors(reader, r.shape, r.average);
   const weights::HfWeightsWritten written = weights::write_hf_weights(dir.path(), tensors, dtype, max_shard);
-  write_model_config(dir, r.source, dtype);
+  write_model_config(dir, r.shape.where, dtype);
   dir.publish();
   std::cout << "exported model llama" << (r.merge ? " with its adapters merged" : "")
             << (r.average ? " (the moving average)" : "") << " as a Hugging Face directory " << r.out << ": "

@@ -34,6 +34,9 @@ LoraOptions lora_options(const config::ModelConfig& config);
 // ConfigError for a name that is none of them, or for none at all.
 std::set<std::string> lora_targets(const config::ModelConfig& config);
 
+// model.lora_targets' items in their order, blanks around each trimmed.
+std::vector<std::string> lora_target_items(const config::ModelConfig& config);
+
 // Whether `name` is an adapter's parameter (…lora_A.weight or …lora_B.weight).
 bool is_adapter_parameter(const std::string& name);
 
