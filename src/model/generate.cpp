@@ -96,8 +96,9 @@ std::vector<Continuation> generate(Model& model, const std::vector<std::vector<s
     HT_CHECK(!prompt.empty(), "generate continues non-empty prompts");
     longest = std::max(longest, prompt.size());
   }
-  const bool padded = !one_length(prompts);
-  HT_CHECK(!padded || batches_any_lengths(model, options, static_cast<std::int64_t>(longest), context),
+  // Rows of different lengths go through the mask (left padding), rows of one length as they are.
+  auto* padded = one_length(prompts) ? nullptr : dynamic_cast<MaskedLanguageModel*>(&model);
+  HT_CHECK(one_length(prompts) || batches_any_lengths(model, options, static_cast<std::int64_t>(longest), context),
            "generate batches prompts of different lengths only for a masked model whose context holds them");
   const torch::NoGradGuard no_grad;
   std::vector<at::Generator> generators;
@@ -113,9 +114,8 @@ std::vector<Continuation> generate(Model& model, const std::vector<std::vector<s
   std::size_t running = prompts.size();
   for (std::int64_t n = 0; n < options.max_new_tokens && running > 0; ++n) {
     const at::Tensor last =
-        padded ? next_logits_padded(*dynamic_cast<MaskedLanguageModel*>(&model), options.kv_cache ? &cache : nullptr,
-                                    tokens, pads, device)
-               : next_logits_same_length(model, cached, cache, tokens, context, device);
+        padded != nullptr ? next_logits_padded(*padded, options.kv_cache ? &cache : nullptr, tokens, pads, device)
+                          : next_logits_same_length(model, cached, cache, tokens, context, device);
     for (size_t b = 0; b < tokens.size(); ++b) {
       const std::int32_t next = choose(last[static_cast<std::int64_t>(b)], options, generators[b]);
       tokens[b].push_back(next);  // a finished row's too, to keep the batch rectangular
