@@ -18,6 +18,7 @@
 #include "hpctrain/config/decoder_config.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/model/language_model.h"
+#include "hpctrain/model/parameter_memory.h"
 #include "lora_adapter.h"
 #include "rotary.h"
 
@@ -75,20 +76,20 @@ class AttentionImpl : public nn::Module {
     }
   }
 
-  // Causal attention over the sequence itself; `mask` (additive, [B, 1, T, T]) when defined.
-  at::Tensor forward(const at::Tensor& x, const RotaryAngles& angles, const at::Tensor& mask = {}) {
+  // Causal attention over the sequence itself; `padding` (padding_mask's) when defined.
+  at::Tensor forward(const at::Tensor& x, const RotaryAngles& angles, const at::Tensor& padding = {}) {
     const Heads h = project(x, angles);
-    return output(x, attend(h.queries, h.keys, h.values, /*past=*/0, mask));
+    return output(x, attend(h.queries, h.keys, h.values, /*past=*/0, padding));
   }
 
   // The new tokens' attention over the cached ones and themselves; their keys and values (rotated,
   // one per KV head) are appended to `keys` and `values`.
   at::Tensor forward_cached(const at::Tensor& x, const RotaryAngles& angles, at::Tensor& keys, at::Tensor& values,
-                            const at::Tensor& mask = {}) {
+                            const at::Tensor& padding = {}) {
     const Heads h = project(x, angles);
     keys = keys.defined() ? torch::cat({keys, h.keys}, 2) : h.keys;
     values = values.defined() ? torch::cat({values, h.values}, 2) : h.values;
-    return output(x, attend(h.queries, keys, values, keys.size(2) - x.size(1), mask));
+    return output(x, attend(h.queries, keys, values, keys.size(2) - x.size(1), padding));
   }
 
   void adaptable(const std::string& where, std::vector<AdaptableLinear>& out) {
@@ -206,14 +207,14 @@ class DecoderLayerImpl : public nn::Module {
         post_attention_layernorm_(register_module("post_attention_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps))),
         mlp_(register_module("mlp", SwiGlu(c))) {}
 
-  at::Tensor forward(at::Tensor x, const RotaryAngles& angles, const at::Tensor& mask = {}) {
-    x = x + self_attn_->forward(input_layernorm_(x), angles, mask);
+  at::Tensor forward(at::Tensor x, const RotaryAngles& angles, const at::Tensor& padding = {}) {
+    x = x + self_attn_->forward(input_layernorm_(x), angles, padding);
     return x + mlp_(post_attention_layernorm_(x));
   }
 
   at::Tensor forward_cached(at::Tensor x, const RotaryAngles& angles, at::Tensor& keys, at::Tensor& values,
-                            const at::Tensor& mask = {}) {
-    x = x + self_attn_->forward_cached(input_layernorm_(x), angles, keys, values, mask);
+                            const at::Tensor& padding = {}) {
+    x = x + self_attn_->forward_cached(input_layernorm_(x), angles, keys, values, padding);
     return x + mlp_(post_attention_layernorm_(x));
   }
 
@@ -248,20 +249,30 @@ at::Tensor padding_mask(const at::Tensor& keys) {
 
 class Llama final : public nn::Module, public Model, public CachedLanguageModel, public MaskedLanguageModel {
  public:
-  Llama(const config::DecoderConfig& c, const config::ModelConfig& options)
+  Llama(const config::DecoderConfig& c, const config::ModelConfig& options, bool without_memory)
       : shape_(c),
         recompute_blocks_(options.activation_checkpointing),
         inverse_frequencies_(rotary_inverse_frequencies(c.head_dim, c.rope_theta, c.rope_scaling)),
         body_(register_module("model", std::make_shared<nn::Module>())) {
+    // Without memory, one module's at a time: the file's values replace these, shard by shard.
+    const auto made = [without_memory](const nn::Module& module) {
+      if (without_memory) {
+        for (const at::Tensor& p : module.parameters()) release_memory(p);
+      }
+    };
     embed_tokens_ = body_->register_module("embed_tokens", nn::Embedding(c.vocab_size, c.hidden_size));
+    made(*embed_tokens_);
     auto layers = body_->register_module("layers", nn::ModuleList());
     for (std::int64_t i = 0; i < c.layers; ++i) {
       layers_.push_back(DecoderLayer(c));
       layers->push_back(layers_.back());
+      made(*layers_.back());
     }
     norm_ = body_->register_module("norm", RmsNorm(c.hidden_size, c.rms_norm_eps));
+    made(*norm_);
     if (!c.tie_word_embeddings) {
       lm_head_ = register_module("lm_head", linear(c.hidden_size, c.vocab_size, false));
+      made(*lm_head_);
     }
     initialize();
   }
@@ -381,9 +392,10 @@ class Llama final : public nn::Module, public Model, public CachedLanguageModel,
     const torch::NoGradGuard no_grad;
     for (auto& module : modules(/*include_self=*/false)) {
       if (auto* linear = module->as<nn::Linear>()) {
+        if (lacks_memory(linear->weight)) continue;
         linear->weight.normal_(0.0, 0.02);
         if (linear->bias.defined()) linear->bias.zero_();
-      } else if (auto* embedding = module->as<nn::Embedding>()) {
+      } else if (auto* embedding = module->as<nn::Embedding>(); embedding && !lacks_memory(embedding->weight)) {
         embedding->weight.normal_(0.0, 0.02);
       }
     }
@@ -423,7 +435,7 @@ std::shared_ptr<Model> make_llama(const config::ModelConfig& config, const Model
                       (shape.sliding_window > 0 ? "'s sliding_window " : "'s max_position_embeddings ") +
                       std::to_string(context_length(shape)) + "; use at most that many tokens per window");
   }
-  return std::make_shared<Llama>(shape, config);
+  return std::make_shared<Llama>(shape, config, spec.parameters_without_memory);
 }
 
 }  // namespace hpctrain::model

@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 
 #include <malloc.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -12,6 +14,7 @@
 #include "hpctrain/core/error.h"
 #include "hpctrain/ddp/mapped_memory.h"
 #include "hpctrain/ddp/shard_plan.h"
+#include "hpctrain/model/parameter_memory.h"
 
 namespace hpctrain::sharding {
 namespace {
@@ -23,10 +26,15 @@ namespace {
 // autograd saved for backward that refer to them, keep their shape and offset throughout and
 // read the gathered values again: PyTorch's FSDP resizes the storage the same way. Between
 // gathers nothing may read a parameter (the optimizer works on the shards).
-void free_memory(const at::Tensor& tensor) {
-  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, tensor.device()));
-  storage->set_nbytes(0);
+void free_memory(const at::Tensor& tensor) { model::release_memory(tensor); }
+
+// A read-only file mapping's pages under `tensor`, out of this process's resident memory (the
+// page cache keeps them): read once, they would otherwise add up to the whole file per rank.
+void drop_pages(const at::Tensor& tensor) {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(tensor.data_ptr()) / page * page;
+  const auto end = reinterpret_cast<std::uintptr_t>(tensor.data_ptr()) + tensor.nbytes();
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 void allocate_memory(const at::Tensor& tensor, ddp::BufferPool& pool) {
@@ -100,7 +108,7 @@ UnitPlan plan_units(model::Model& model, const std::vector<at::Tensor>& paramete
 }
 
 BlockGatherer::BlockGatherer(comm::Communicator& comm, const std::vector<at::Tensor>& parameters,
-                             const UnitPlan& plan, ddp::BufferPool& pool)
+                             const UnitPlan& plan, ddp::BufferPool& pool, model::DeferredWeights& deferred)
     : comm_(comm), pool_(pool), unit_of_block_(plan.unit_of_block), outside_(plan.outside) {
   c10::NoGradGuard no_grad;
   for (const ddp::Bucket& planned : plan.units) {
@@ -119,7 +127,15 @@ BlockGatherer::BlockGatherer(comm::Communicator& comm, const std::vector<at::Ten
     for (const size_t i : planned.parameters) {
       at::Tensor parameter = parameters[i];
       const at::Tensor place = unit.whole.narrow(0, offset, parameter.numel());
-      place.copy_(parameter.detach().reshape({-1}));
+      if (model::lacks_memory(parameter)) {
+        const auto found = deferred.sources.find(parameter.unsafeGetTensorImpl());
+        HT_CHECK(found != deferred.sources.end(), "a parameter without memory has no value to read");
+        const at::Tensor& source = found->second;
+        place.copy_(source.reshape({-1}));
+        if (deferred.mapped) drop_pages(source);
+      } else {
+        place.copy_(parameter.detach().reshape({-1}));
+      }
       parameter.set_data(place.view(parameter.sizes()));
       offset += parameter.numel();
     }
@@ -128,6 +144,7 @@ BlockGatherer::BlockGatherer(comm::Communicator& comm, const std::vector<at::Ten
     free_memory(unit.whole);
     units_.push_back(std::move(unit));
   }
+  deferred = model::DeferredWeights{};  // the file's mapping goes with it
   // The model was built whole; malloc's heap would keep what it freed resident (its thresholds
   // are high, Note [Allocator thresholds]). Given back, a rank's peak is the larger of the build's
   // and a step's, not their sum.

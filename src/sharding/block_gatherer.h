@@ -42,8 +42,10 @@ class BlockGatherer final : public model::BlockHooks {
   // Cuts `parameters` (whole, and equal on every rank) into `plan`'s units and keeps this rank's
   // chunk of each: from here on they are whole only while gathered.
   // Gathered units take their memory from `pool`, which must outlive the gatherer.
+  // A parameter without memory (model/parameter_memory.h) takes its values from `deferred`'s
+  // sources, unit by unit, whose mapped pages are dropped once read; `deferred` is cleared.
   BlockGatherer(comm::Communicator& comm, const std::vector<at::Tensor>& parameters, const UnitPlan& plan,
-                ddp::BufferPool& pool);
+                ddp::BufferPool& pool, model::DeferredWeights& deferred);
   ~BlockGatherer() override;
 
   // This rank's chunk of unit `unit`: the parameters' values it owns (the padding stays zero).

@@ -150,7 +150,7 @@ class ShardedUpdate final : public GradientUpdate, public UpdateState {
   // Every state tensor of a piece is a slice of the parameter-shaped dataset a replicated run
   // writes; the step count, one per parameter, comes from the rank owning its first element.
   void add_state(ckpt::Checkpoint& checkpoint) override {
-    if (gatherer_) checkpoint.slices[ckpt::group::kModel] = owned_weights();
+    if (gatherer_) checkpoint.slices[ckpt::group::kModel] = with_tied_names(owned_weights());
     ckpt::TensorSlices& slices = checkpoint.slices[ckpt::group::kOptim];
     for (auto& [key, tensor] : optim::optimizer_state(*optimizer_, piece_names_)) {
       const std::string parameter = key.substr(0, key.rfind('/'));
@@ -205,6 +205,21 @@ class ShardedUpdate final : public GradientUpdate, public UpdateState {
     return weights;
   }
 
+  // `weights` and, as a replicated run stores them, each tied parameter's slices again under its
+  // second name (model.h, TiedParameter), so any stage and world size resumes from them.
+  ckpt::TensorSlices with_tied_names(ckpt::TensorSlices weights) const {
+    const size_t own = weights.size();
+    for (const model::TiedParameter& tied : model_.tied_parameters()) {
+      for (size_t i = 0; i < own; ++i) {
+        if (weights[i].name != tied.same_as) continue;
+        ckpt::TensorSlice alias = weights[i];
+        alias.name = tied.name;
+        weights.push_back(std::move(alias));
+      }
+    }
+    return weights;
+  }
+
   void owned_weights_changed() override {
     if (gatherer_) {
       gatherer_->release_all();  // a gather started before the change holds the old values
@@ -240,7 +255,7 @@ class ShardedUpdate final : public GradientUpdate, public UpdateState {
   void shard_parameters(ddp::GradSyncOptions& options) {
     HT_CHECK(!model_.blocks().empty(), "Strategy::model_refusal refuses a model without blocks at stage 3");
     const UnitPlan plan = plan_units(model_, parameters_, options.bucket_bytes);
-    gatherer_ = std::make_unique<BlockGatherer>(comm_, parameters_, plan, pool_);
+    gatherer_ = std::make_unique<BlockGatherer>(comm_, parameters_, plan, pool_, model_.deferred_weights());
     options.buckets = plan.units;
     options.on_filled = [gatherer = gatherer_.get()](size_t unit) { gatherer->release(unit); };
   }

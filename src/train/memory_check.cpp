@@ -88,8 +88,10 @@ std::pair<std::int64_t, std::int64_t> trainable(model::Model& model) {
 MemoryNeed host_need(const TrainingSetup& setup, int world_size) {
   const config::Config& config = setup.config;
   const c10::Device host(c10::kCPU);  // the model is still on the host here
-  // On a GPU the forward's memory is the GPU's: the probe only reads.
-  model::Model* model = setup.use_cuda ? nullptr : setup.model.get();
+  // On a GPU the forward's memory is the GPU's: the probe only reads. A model whose weights are
+  // still in the file (model.h, DeferredWeights) cannot run yet: its activations are left out.
+  const bool runs = !setup.use_cuda && setup.model->deferred_weights().sources.empty();
+  model::Model* model = runs ? setup.model.get() : nullptr;
   const std::unique_ptr<Objective> objective = make_objective(config);
   ItemBytes train = probe_item_bytes(model, *objective, *setup.train, host);
   ItemBytes eval;

@@ -17,6 +17,7 @@
 #include "hpctrain/model/autocast.h"
 #include "hpctrain/model/batch_norm.h"
 #include "hpctrain/model/flops.h"
+#include "hpctrain/model/parameter_memory.h"
 #include "hpctrain/train/option_checks.h"
 #include "hpctrain/train/step_loss.h"
 #include "hpctrain/weights/model_weights.h"
@@ -52,6 +53,19 @@ std::optional<optim::LossScaler> loss_scaler_for(const config::TrainConfig& trai
   return optim::LossScaler(scaling);
 }
 
+// module.to(device), a parameter without memory going there without memory too (allocated on
+// the device and released, one at a time, never the whole model).
+void move_to(torch::nn::Module& module, c10::Device device) {
+  const torch::NoGradGuard no_grad;
+  for (at::Tensor& p : module.parameters()) {
+    if (!model::lacks_memory(p) || p.device() == device) continue;
+    const at::Tensor moved = at::empty(p.sizes(), p.options().device(device));
+    model::release_memory(moved);
+    p.set_data(moved);
+  }
+  module.to(device);
+}
+
 }  // namespace
 
 Step::Step(std::shared_ptr<model::Model> model, const config::Config& config, comm::Communicator& comm,
@@ -64,8 +78,12 @@ Step::Step(std::shared_ptr<model::Model> model, const config::Config& config, co
   // "Allocator").
   const sys::LargeAllocationsMapped mapped(strategy_.shards_state());
   torch::nn::Module& module = model_->module();
-  module.to(device_);
-  std::vector<at::Tensor> everything = module.parameters();
+  move_to(module, device_);
+  // A parameter without memory is read from the same file by every rank (model.h, DeferredWeights).
+  std::vector<at::Tensor> everything;
+  for (const at::Tensor& p : module.parameters()) {
+    if (!model::lacks_memory(p)) everything.push_back(p);
+  }
   for (auto& b : module.buffers()) buffers_.push_back(b);
   for (const auto& b : buffers_) buffers_before_step_.push_back(b.detach().clone());
   everything.insert(everything.end(), buffers_.begin(), buffers_.end());

@@ -9,7 +9,9 @@
 #include "hpctrain/core/activity.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/log.h"
+#include "hpctrain/core/system.h"
 #include "hpctrain/core/trace.h"
+#include "hpctrain/core/units.h"
 #include "hpctrain/ddp/block_cache.h"
 #include "hpctrain/optim/lr_schedule.h"
 #include "hpctrain/optim/train_state.h"
@@ -36,6 +38,9 @@ Trainer::Trainer(TrainingSetup setup, comm::ControlPlane& control, comm::Communi
       evaluation_(setup_.eval, setup_.config, comm, device, metrics_),
       profile_(config::parse_step_range(setup_.config.log.profile_steps), run_dir_.profile_path(control.world_rank())),
       checkpointer_(setup_.config, control, run_dir_, device) {
+  // What building, loading and placing the model cost this rank at most (MPI's start-up too).
+  log::info("rank {}: peak RSS {}, {} more than before the model was built", control.world_rank(),
+            bytes_text(sys::peak_rss_bytes()), bytes_text(sys::peak_rss_bytes() - setup_.rss_before_model));
   torch::manual_seed(optim::rank_seed(setup_.config.train.seed, control.world_rank(), /*step=*/0));
 }
 

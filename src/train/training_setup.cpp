@@ -172,6 +172,14 @@ std::shared_ptr<model::Model> build_model(const config::Config& config, const mo
 }
 
 
+// Stage 3 of a llama whose every weight comes from model.init_from: each rank copies only its
+// shard of the weights from the file (model.h, ModelSpec::parameters_without_memory).
+bool weights_read_by_shard(const config::Config& config) {
+  const config::ModelConfig& m = config.model;
+  return sharding::Strategy(config.dist).shards_parameters() && m.name == config::ModelName::kLlama && !m.init_from.empty() &&
+         m.init_strict && m.lora_rank == 0;
+}
+
 // A token stream's splits, and the language model that reads them.
 void load_token_stream(const data::Manifest& manifest, bool need_train_split, TrainingSetup& setup) {
   const config::Config& config = setup.config;
@@ -191,7 +199,10 @@ void load_token_stream(const data::Manifest& manifest, bool need_train_split, Tr
   }
   HT_CHECK(setup.train || setup.eval, "nothing to load: no train split and no eval split");
   // The vocabulary is the manifest's num_classes (256 for `prepare text`'s bytes).
-  setup.model = build_model(config, {{config.model.gpt_block_size}, manifest.num_classes, true});
+  model::ModelSpec spec{{config.model.gpt_block_size}, manifest.num_classes, true};
+  spec.parameters_without_memory = need_train_split && weights_read_by_shard(config);
+  setup.rss_before_model = sys::current_rss_bytes();
+  setup.model = build_model(config, spec);
 }
 
 // The splits of samples with labels, and the classifier that fits them.
@@ -213,6 +224,7 @@ void load_sample_splits(bool need_train_split, TrainingSetup& setup) {
   HT_CHECK(train || eval, "nothing to load: no train split and no eval split");
   const data::Split& any = train ? *train : *eval;
   check_augmentation(config, any.sample_shape(), false);
+  setup.rss_before_model = sys::current_rss_bytes();
   setup.model = build_model(config, {any.sample_shape(), any.manifest().num_classes});
   if (train) {
     setup.train = data::sample_source(*train, data::source_options(config, config.data.train_split, setup.use_cuda));
@@ -244,6 +256,10 @@ TrainingSetup prepare_training(const config::Config& given, bool need_train_spli
   if (initial && need_train_split) {
     check_vocabulary(config, *initial, manifest);
     weights::load_weights(*setup.model, initial->mapped, config.model.init_strict, config.model.init_from);
+    model::DeferredWeights& deferred = setup.model->deferred_weights();
+    deferred.keep_alive = initial->file.mapping();
+    deferred.mapped = initial->file.format() == weights::WeightFormat::kHfDirectory ||
+                      initial->file.format() == weights::WeightFormat::kSafetensors;
   }
   check_model_options(config, *setup.model);
   setup.checkpoint_bytes = runtime::checkpoint_bytes_estimate(config, *setup.model);

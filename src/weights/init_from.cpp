@@ -9,6 +9,7 @@
 #include "hpctrain/core/log.h"
 #include "hpctrain/core/timer.h"
 #include "hpctrain/model/lora.h"
+#include "hpctrain/model/parameter_memory.h"
 #include "hpctrain/weights/gpt2_names.h"
 
 namespace hpctrain::weights {
@@ -137,10 +138,17 @@ InitReport load_weights(model::Model& model, const MappedWeights& weights, bool 
   const torch::NoGradGuard no_grad;
   const Timer timer;  // a mapped file's reads happen here
   double megabytes = 0;
+  std::int64_t deferred = 0;
   for (auto& [target, stored] : copies) {
+    if (model::lacks_memory(target)) {  // copied by whoever shards it, its part only
+      model.deferred_weights().sources[target.unsafeGetTensorImpl()] = stored;
+      ++deferred;
+      continue;
+    }
     target.copy_(stored);
     megabytes += static_cast<double>(stored.nbytes()) / 1e6;
   }
+  if (deferred > 0) log::info("model.init_from: {} tensor(s) to be read shard by shard", deferred);
   log::info("model.init_from: {} tensor(s) ({:.1f} MB) loaded from {} ({} names) in {:.3f} s", report.loaded.size(),
             megabytes, path, config::name_of(weights.names), timer.elapsed_s());
   if (!problems.empty()) log::warn("model.init_from (model.init_strict=false) left out: {}", problems);

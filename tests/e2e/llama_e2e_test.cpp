@@ -212,20 +212,29 @@ TEST_F(LlamaEndToEnd, AShardedDirectoryLoadsAsOneFile) {
 }
 
 // Stage 3 gathers each decoder layer for its forward and backward alone: the same training, up to
-// the order in which MPI's reduce-scatter and allreduce add at -np 3.
+// the order in which MPI's reduce-scatter and allreduce add at -np 3. Stage 3 reads each rank's
+// shard of the weights from the file (the only copy of them it makes), tied or not.
 TEST_F(LlamaEndToEnd, ZeroStageThreeAtThreeRanksEqualsStageZero) {
   const std::string common = "--model.gpt_block_size=16 --train.batch_size=2 --train.max_steps=4 --data.eval_split=val";
-  for (const std::string stage : {"0", "3"}) {
-    const ProcessResult r =
-        run_command(train(3, "qwen3", "tokens", "zero" + stage, common + " --dist.zero_stage=" + stage));
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const std::string family : {"qwen3", "qwen2"}) {
+    SCOPED_TRACE(family);
+    for (const std::string stage : {"0", "3"}) {
+      const ProcessResult r = run_command(
+          train(3, family, "tokens", "zero" + stage + family, common + " --dist.zero_stage=" + stage));
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      const bool by_shard = (r.out + r.err).find("to be read shard by shard") != std::string::npos;
+      EXPECT_EQ(by_shard, stage == "3") << r.out << r.err;
+    }
+    const std::string zero0 = work_ + "/zero0" + family + "/checkpoints/ckpt-4.h5";
+    const std::string zero3 = work_ + "/zero3" + family + "/checkpoints/ckpt-4.h5";
+    // A key's bias shifts every score of a query alike, which softmax ignores: its gradient is
+    // rounding alone, which AdamW scales up to whole steps, so qwen2's k_proj.bias is left out.
+    const double model = relative_difference(zero0, zero3, "model", "k_proj.bias");
+    const double optim = relative_difference(zero0, zero3, "optim", "k_proj.bias");
+    EXPECT_LT(model, 1e-6);
+    EXPECT_LT(optim, 1e-5);
+    std::printf("%s, stage 3 against stage 0: model %.3g, optim %.3g\n", family.c_str(), model, optim);
   }
-  const std::string zero0 = work_ + "/zero0/checkpoints/ckpt-4.h5";
-  const std::string zero3 = work_ + "/zero3/checkpoints/ckpt-4.h5";
-  EXPECT_LT(relative_difference(zero0, zero3, "model"), 1e-6);
-  EXPECT_LT(relative_difference(zero0, zero3, "optim"), 1e-5);
-  std::printf("stage 3 against stage 0: model %.3g, optim %.3g\n", relative_difference(zero0, zero3, "model"),
-              relative_difference(zero0, zero3, "optim"));
 }
 
 // An attention_mask: each padded row's real tokens get the logits the row has alone, padded on

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -28,6 +29,18 @@ struct ModelSpec {
   std::vector<std::int64_t> input_shape;  // per sample, e.g. {1, 28, 28}; {T} for token windows
   std::int64_t num_classes = 0;           // classes, or a language model's vocabulary
   bool token_ids = false;  // a language model's input: int64 token ids [B, T]; output [B, T, vocab]
+  // Every parameter made without memory (parameter_memory.h), for dist.zero_stage=3 with every
+  // weight read from a file: each rank copies only its shard of them from the file
+  // (DeferredWeights), and no rank ever holds the whole model. Only llama reads it so far.
+  bool parameters_without_memory = false;
+};
+
+// The values, in a file's memory map, of parameters made without memory: whoever shards them
+// copies its part from here, then clears it.
+struct DeferredWeights {
+  std::map<const void*, at::Tensor> sources;  // by the parameter's TensorImpl
+  std::shared_ptr<const void> keep_alive;     // the mapping they view
+  bool mapped = false;  // the sources view a read-only file mapping, whose pages may be dropped once read
 };
 
 // A parameter the module also holds under a second name (tied weights, e.g. a language model's
@@ -80,6 +93,7 @@ class Model {
   }
   // Null: no hooks (the parameters are whole).
   void set_block_hooks(BlockHooks* hooks) { hooks_ = hooks; }
+  DeferredWeights& deferred_weights() { return deferred_; }
 
  protected:
   // A forward that has blocks runs begin_forward(), each block through run_block(), and returns
@@ -90,6 +104,7 @@ class Model {
 
  private:
   BlockHooks* hooks_ = nullptr;
+  DeferredWeights deferred_;
 };
 
 // Builds `config.name` for `spec`. Throws ConfigError for options the model cannot use with this

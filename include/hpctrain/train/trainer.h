@@ -43,6 +43,7 @@ struct TrainingSetup {
   int threads = 1;        // intra-op threads of this rank
   bool use_cuda = false;  // dist.device resolved; the GPU index follows once MPI knows the node
   std::int64_t checkpoint_bytes = 0;  // about what one checkpoint takes (runtime/checkpoint_room.h)
+  std::int64_t rss_before_model = 0;  // this process's resident memory before the model was built
 
   bool language_model() const { return (train ? train : eval)->language_model(); }
 };

@@ -26,6 +26,8 @@ class WeightFile {
   WeightFormat format() const { return format_; }
   // As stored, in the file's order and dtypes; read-only (a safetensors tensor is the mapped file).
   const ckpt::NamedTensors& tensors() const { return tensors_; }
+  // What keeps the tensors' memory (a mapping) alive, for whoever holds them longer than the file.
+  std::shared_ptr<const void> mapping() const { return keep_alive_; }
 
  private:
   WeightFile() = default;
