@@ -28,6 +28,18 @@ find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.9 REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(PNG REQUIRED)  # hpctrain sample's images
+# tokenizer.json's Split patterns (PCRE2) and normalizers (utf8proc): docs/building.md. Found
+# by path, not pkg-config, so a relocated prefix (jobs/bench/pack-deps.sh) serves as well.
+find_path(HPCTRAIN_PCRE2_INCLUDE pcre2.h REQUIRED)
+find_library(HPCTRAIN_PCRE2_LIBRARY pcre2-8 REQUIRED)
+add_library(hpctrain_pcre2 INTERFACE)
+target_include_directories(hpctrain_pcre2 SYSTEM INTERFACE ${HPCTRAIN_PCRE2_INCLUDE})
+target_link_libraries(hpctrain_pcre2 INTERFACE ${HPCTRAIN_PCRE2_LIBRARY})
+find_path(HPCTRAIN_UTF8PROC_INCLUDE utf8proc.h REQUIRED)
+find_library(HPCTRAIN_UTF8PROC_LIBRARY utf8proc REQUIRED)
+add_library(hpctrain_utf8proc INTERFACE)
+target_include_directories(hpctrain_utf8proc SYSTEM INTERFACE ${HPCTRAIN_UTF8PROC_INCLUDE})
+target_link_libraries(hpctrain_utf8proc INTERFACE ${HPCTRAIN_UTF8PROC_LIBRARY})
 # TensorBoard's event files (src/tensorboard/) need protobuf and protoc; a build without them
 # writes no event files and says so at run time. Their module never sees libtorch's include
 # directories, so a libtorch carrying protobuf headers of its own (pytorch.org's, pip's) is no

@@ -16,6 +16,8 @@ packages=(
   libgtest-dev                       # tests
   libspdlog-dev libfmt-dev           # logging
   nlohmann-json3-dev                 # manifests and metrics
+  libpcre2-dev                       # tokenizer.json's Split patterns (Unicode-aware regular expressions)
+  libutf8proc-dev                    # tokenizer.json's normalizers (NFC, NFKC, ...)
   libprotobuf-dev protobuf-compiler  # TensorBoard's event files
   zlib1g-dev                         # gzipped IDX files
   libpng-dev                         # hpctrain sample's PNG images
@@ -26,6 +28,7 @@ packages=(
   tmux bsdutils                      # tests: jobs/run-local.sh --interactive in a terminal (tmux, script)
   python3-torch                      # tests: an exported state_dict loads in PyTorch (weights_only)
   python3-crcmod                     # tests: an independent CRC-32C for TensorBoard's event files
+  python3-jinja2                     # tests: chat templates rendered by Jinja2 itself
 )
 # The tokenizer test's reference (npm's gpt-3-encoder) runs on node; npm installs it.
 command -v npm >/dev/null || packages+=(nodejs npm)

@@ -24,6 +24,7 @@ int dispatch(int argc, char** argv) {
   if (command == "eval") return hpctrain::cli::run_eval(rest);
   if (command == "generate") return hpctrain::cli::run_generate(rest);
   if (command == "forward") return hpctrain::cli::run_forward(rest);
+  if (command == "tokenize") return hpctrain::cli::run_tokenize(rest);
   if (command == "sample") return hpctrain::cli::run_sample(rest);
   if (command == "prepare") return hpctrain::cli::run_prepare(rest);
   if (command == "data") return hpctrain::cli::run_data(rest);
@@ -33,7 +34,7 @@ int dispatch(int argc, char** argv) {
   if (command == "docs") return hpctrain::cli::run_docs(rest);
   if (command == "trace") return hpctrain::cli::run_trace(rest);
   throw hpctrain::ConfigError("unknown command '" + command +
-                              "' (commands: train, eval, generate, forward, sample, prepare, data, ckpt, bench, doctor, trace, docs; see hpctrain --help)");
+                              "' (commands: train, eval, generate, forward, tokenize, sample, prepare, data, ckpt, bench, doctor, trace, docs; see hpctrain --help)");
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 # Packs, from this Debian 12 machine, the build and run dependencies that a bare GPU machine
 # (Ubuntu 24.04-like: glibc, libstdc++, zlib, g++, CMake, CUDA and pip torch only) lacks into one
 # relocatable prefix: Open MPI 4.1 (+ PMIx), parallel HDF5, Boost.ProgramOptions, spdlog, fmt,
-# nlohmann-json, GoogleTest/GMock and zlib's headers.
+# nlohmann-json, PCRE2, utf8proc, GoogleTest/GMock and zlib's headers.
 #   jobs/bench/pack-deps.sh [PREFIX]      (default: .gpu-deps/ in the repository root)
 # Then, on the GPU machine: source jobs/bench/deps-env.sh PREFIX (see there).
 # Layout mirrors Debian's (<prefix>/usr/{bin,include,lib/x86_64-linux-gnu,share}, <prefix>/etc):
@@ -25,7 +25,7 @@ excluded_re='^(libc|libm|libdl|libpthread|librt|libresolv|libutil|ld-linux-x86-6
 # Sonames that belong to the packed packages themselves: always taken from the prefix.
 # Everything else in the runtime closure (hwloc, libevent, curl, openssl, ...) may be replaced
 # by the machine's own copy; deps-env.sh decides that on the machine.
-own_re='^(libmpi|libopen-rte|libopen-pal|libmca_common_|libpmix|libhdf5|libboost_|libspdlog|libfmt)'
+own_re='^(libmpi|libopen-rte|libopen-pal|libmca_common_|libpmix|libhdf5|libboost_|libspdlog|libfmt|libpcre2-8|libutf8proc)'
 # Sonames replaced by stubs (see make_stub below).
 stubbed=(libcurl.so.4 libcrypto.so.3)
 
@@ -33,7 +33,8 @@ for tool in gcc g++ readelf nm ldd; do
   command -v "$tool" >/dev/null || { echo "pack-deps: $tool is missing" >&2; exit 1; }
 done
 for f in $ML/libmpi.so $ML/libhdf5_openmpi.so $ML/libboost_program_options.so $ML/libspdlog.so \
-         $ML/libfmt.so $ML/libgtest.a /usr/include/nlohmann/json.hpp "$PMIX/lib/libpmix.so.2"; do
+         $ML/libfmt.so $ML/libgtest.a /usr/include/nlohmann/json.hpp "$PMIX/lib/libpmix.so.2" \
+         $ML/libpcre2-8.so $ML/libutf8proc.so /usr/include/pcre2.h /usr/include/utf8proc.h; do
   [ -e "$f" ] || { echo "pack-deps: $f is missing; run jobs/install-deps.sh first" >&2; exit 1; }
 done
 
@@ -113,6 +114,8 @@ put_tree /usr/include/fmt
 put_tree /usr/include/nlohmann
 put_tree /usr/include/gtest
 put_tree /usr/include/gmock
+put /usr/include/pcre2.h
+put /usr/include/utf8proc.h
 # zlib's headers and link name: the project includes <zlib.h> and finds ZLIB, and a bare
 # machine has only the runtime libz.so.1 (which the link name resolves to there).
 put /usr/include/zlib.h
@@ -134,6 +137,8 @@ ln -sfn "../../$(basename "$(readlink -f $ML/libhdf5_openmpi.so)")" "$P$ML/hdf5/
 put_lib $ML/libboost_program_options.so
 put_lib $ML/libspdlog.so
 put_lib $ML/libfmt.so
+put_lib $ML/libpcre2-8.so
+put_lib $ML/libutf8proc.so
 for a in libgtest.a libgtest_main.a libgmock.a libgmock_main.a; do put $ML/$a; done
 put_tree $ML/cmake/Boost-1.74.0
 put_tree $ML/cmake/boost_headers-1.74.0

@@ -8,6 +8,7 @@
 
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/system.h"
+#include "utf8.h"
 
 namespace hpctrain::data {
 namespace {
@@ -15,66 +16,6 @@ namespace {
 // Tokenizer files are a few MB (GPT-2's: 1.0 and 0.5 MB); anything far larger is not one.
 constexpr std::int64_t kMaxFileBytes = 256 << 20;
 constexpr std::int64_t kMaxVocabulary = 65536;  // uint16 token ids
-
-// Decodes one code point at `i` (advanced past it); a bad sequence reads as U+FFFD, one byte.
-char32_t next_code_point(std::string_view s, size_t& i) {
-  const auto byte = [&](size_t k) { return static_cast<std::uint8_t>(s[k]); };
-  const std::uint8_t b = byte(i);
-  int length = 0;
-  char32_t c = 0;
-  if (b < 0x80) {
-    ++i;
-    return b;
-  } else if ((b & 0xE0) == 0xC0) {
-    length = 2;
-    c = b & 0x1F;
-  } else if ((b & 0xF0) == 0xE0) {
-    length = 3;
-    c = b & 0x0F;
-  } else if ((b & 0xF8) == 0xF0) {
-    length = 4;
-    c = b & 0x07;
-  } else {
-    ++i;
-    return 0xFFFD;
-  }
-  if (i + static_cast<size_t>(length) > s.size()) {
-    ++i;
-    return 0xFFFD;
-  }
-  for (int k = 1; k < length; ++k) {
-    if ((byte(i + static_cast<size_t>(k)) & 0xC0) != 0x80) {
-      ++i;
-      return 0xFFFD;
-    }
-    c = (c << 6) | (byte(i + static_cast<size_t>(k)) & 0x3F);
-  }
-  static constexpr char32_t kSmallest[] = {0, 0, 0x80, 0x800, 0x10000};
-  if (c < kSmallest[length] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) {  // overlong, too large, surrogate
-    ++i;
-    return 0xFFFD;
-  }
-  i += static_cast<size_t>(length);
-  return c;
-}
-
-void append_utf8(char32_t c, std::string& out) {
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xC0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xE0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  }
-}
 
 struct CodePointRange {
   char32_t first;
@@ -125,33 +66,14 @@ size_t pretoken_length(const std::u32string& text, size_t i) {
   return spaces - 1;  // \s+(?!\S): the last space goes with the next pre-token
 }
 
-// GPT-2's alphabet: every byte as a printable character (bytes_to_unicode in its encoder).
-const std::array<char32_t, 256>& byte_to_char() {
-  static const std::array<char32_t, 256> table = [] {
-    std::array<char32_t, 256> t{};
-    char32_t next = 256;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-      t[static_cast<size_t>(b)] = printable ? static_cast<char32_t>(b) : next++;
-    }
-    return t;
-  }();
-  return table;
-}
-
 // A token as written in the files (characters of GPT-2's alphabet, UTF-8) to the bytes it stands
 // for; false when a character is outside the alphabet.
 bool token_bytes(std::string_view written, std::string& bytes) {
-  static const std::unordered_map<char32_t, char> char_to_byte = [] {
-    std::unordered_map<char32_t, char> m;
-    for (int b = 0; b < 256; ++b) m[byte_to_char()[static_cast<size_t>(b)]] = static_cast<char>(b);
-    return m;
-  }();
   bytes.clear();
   for (size_t i = 0; i < written.size();) {
-    const auto found = char_to_byte.find(next_code_point(written, i));
-    if (found == char_to_byte.end()) return false;
-    bytes += found->second;
+    const int byte = byte_of_char(next_code_point(written, i));
+    if (byte < 0) return false;
+    bytes += static_cast<char>(byte);
   }
   return !bytes.empty();
 }

@@ -26,6 +26,7 @@ std::string usage() {
          "  eval      evaluate a checkpoint on the eval split (--checkpoint FILE --config FILE)\n"
          "  generate  continue prompts with a language model (--checkpoint FILE --prompt TEXT)\n"
          "  forward   a Hugging Face model directory's logits on token ids (--model DIR --inputs FILE)\n"
+         "  tokenize  a tokenizer.json's ids of texts, and their decoding (--tokenizer PATH --text TEXT)\n"
          "  sample    images from a diffusion model, as PNG files (--checkpoint FILE --out DIR)\n"
          "  prepare   import a dataset into hpctrain's HDF5 format (hpctrain prepare --help)\n"
          "  data      inspect or verify a dataset; list the samples a rank trains on\n"

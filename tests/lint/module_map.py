@@ -10,7 +10,7 @@ import re
 import sys
 
 # Targets that are build settings or wrap a third-party library, not modules.
-NOT_MODULES = {"options", "warnings", "torch", "torch_pch", "mpi", "hdf5", "nccl", "tfevents_proto"}
+NOT_MODULES = {"options", "warnings", "torch", "torch_pch", "mpi", "hdf5", "nccl", "tfevents_proto", "pcre2", "utf8proc"}
 
 
 def cmake_calls(text, command):

