@@ -43,6 +43,7 @@ at::ScalarType scalar_type(io::DType dtype) {
     case io::DType::kInt32: return at::kInt;
     case io::DType::kUInt8: return at::kByte;
     case io::DType::kUInt16: return at::kInt;
+    case io::DType::kUInt32: return at::kLong;
   }
   return at::kByte;
 }
@@ -392,7 +393,10 @@ at::Tensor CheckpointReader::read_tensor_unchecked(const std::string& path) cons
     throw CheckpointError(path_ + ": " + path + " declares the shape " + io::shape_text(info.shape) +
                           ", which cannot be allocated; the file is damaged");
   }
-  file_.read(path, info.dtype == io::DType::kUInt16 ? io::DType::kInt32 : info.dtype, host.data_ptr());
+  const io::DType read_as = info.dtype == io::DType::kUInt16   ? io::DType::kInt32
+                            : info.dtype == io::DType::kUInt32 ? io::DType::kInt64
+                                                               : info.dtype;
+  file_.read(path, read_as, host.data_ptr());
   return host;
 }
 

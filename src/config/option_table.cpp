@@ -231,7 +231,7 @@ std::vector<Option> build_table() {
           "shared by its ranks, whose inputs take no room in data.cache_mb; posix, each rank "
           "reading its blocks through HDF5 into its own memory; mpio, all ranks reading a split "
           "held in memory together before training through MPI-IO, every byte once. Checksums "
-          "are checked in all three; compressed or uint16 inputs are read as with posix "
+          "are checked in all three; compressed, uint16 or uint32 inputs are read as with posix "
           "(docs/dataset-format.md)."),
       row("data.cache_mb", &C::data, &DataConfig::cache_mb, "256",
           "Memory per split and rank for its data, in MiB: a split that fits is kept in memory "

@@ -47,7 +47,7 @@ std::int64_t as_count(const json& value, const std::string& manifest_path, const
   return value.get<std::int64_t>();
 }
 
-// The tokenizer of a token stream: bytes, or gpt2 with exactly its two files (plain names: they
+// The tokenizer of a token stream: bytes, gpt2 with exactly its two files, or hf with its one (plain names: they
 // are opened inside the dataset directory).
 TokenizerSpec read_tokenizer(const json& j, const std::string& path) {
   TokenizerSpec spec;
@@ -56,8 +56,10 @@ TokenizerSpec read_tokenizer(const json& j, const std::string& path) {
   const bool bytes = spec.name == "bytes" && spec.files.empty();
   const bool gpt2 = spec.name == "gpt2" && spec.files.size() == 2 && spec.files.count("encoder.json") == 1 &&
                     spec.files.count("vocab.bpe") == 1;
-  if (!bytes && !gpt2) {
-    throw DataError(path + ": 'tokenizer' must be bytes (no files) or gpt2 (encoder.json and vocab.bpe)");
+  const bool hf = spec.name == "hf" && spec.files.size() == 1 && spec.files.count("tokenizer.json") == 1;
+  if (!bytes && !gpt2 && !hf) {
+    throw DataError(path + ": 'tokenizer' must be bytes (no files), gpt2 (encoder.json and vocab.bpe) or hf "
+                    "(tokenizer.json)");
   }
   return spec;
 }

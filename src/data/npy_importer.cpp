@@ -167,6 +167,7 @@ std::vector<std::int64_t> labels_of(const NpyArray& y, const std::string& path) 
     switch (y.dtype) {
       case io::DType::kUInt8: labels[i] = reinterpret_cast<const std::uint8_t*>(y.data.data())[i]; break;
       case io::DType::kUInt16: labels[i] = reinterpret_cast<const std::uint16_t*>(y.data.data())[i]; break;
+      case io::DType::kUInt32: labels[i] = reinterpret_cast<const std::uint32_t*>(y.data.data())[i]; break;
       case io::DType::kInt32: labels[i] = reinterpret_cast<const std::int32_t*>(y.data.data())[i]; break;
       case io::DType::kInt64: labels[i] = reinterpret_cast<const std::int64_t*>(y.data.data())[i]; break;
       default: throw DataError(path + ": labels must be integers");
@@ -211,6 +212,7 @@ std::pair<double, double> input_moments(const NpyArray& x, std::int64_t rows, co
       case io::DType::kUInt16: v = reinterpret_cast<const std::uint16_t*>(x.data.data())[i]; break;
       case io::DType::kInt32: v = reinterpret_cast<const std::int32_t*>(x.data.data())[i]; break;
       case io::DType::kInt64: v = static_cast<double>(reinterpret_cast<const std::int64_t*>(x.data.data())[i]); break;
+      case io::DType::kUInt32: v = reinterpret_cast<const std::uint32_t*>(x.data.data())[i]; break;
       case io::DType::kFloat32: v = reinterpret_cast<const float*>(x.data.data())[i]; break;
       case io::DType::kFloat64: v = reinterpret_cast<const double*>(x.data.data())[i]; break;
     }

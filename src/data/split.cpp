@@ -22,11 +22,13 @@
 namespace hpctrain::data {
 namespace {
 
-// uint16 (token ids) has no libtorch 1.13 dtype: such fields are widened to int32 while read.
+// uint16 and uint32 (token ids) have no libtorch 1.13 dtype: such fields are widened to int32 and
+// int64 while read.
 at::ScalarType scalar_type(io::DType dtype) {
   switch (dtype) {
     case io::DType::kUInt8: return at::kByte;
     case io::DType::kUInt16: return at::kInt;
+    case io::DType::kUInt32: return at::kLong;
     case io::DType::kInt32: return at::kInt;
     case io::DType::kInt64: return at::kLong;
     case io::DType::kFloat32: return at::kFloat;
@@ -36,7 +38,9 @@ at::ScalarType scalar_type(io::DType dtype) {
 }
 
 io::DType memory_dtype(io::DType stored) {
-  return stored == io::DType::kUInt16 ? io::DType::kInt32 : stored;
+  if (stored == io::DType::kUInt16) return io::DType::kInt32;
+  if (stored == io::DType::kUInt32) return io::DType::kInt64;
+  return stored;
 }
 
 // One sample's input in memory dtype.

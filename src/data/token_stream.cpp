@@ -13,8 +13,8 @@ namespace hpctrain::data {
 bool is_token_stream(const Manifest& manifest) {
   if (manifest.fields.size() != 1 || !manifest.fields.front().shape.empty()) return false;
   const io::DType dtype = manifest.fields.front().dtype;
-  return dtype == io::DType::kUInt8 || dtype == io::DType::kUInt16 || dtype == io::DType::kInt32 ||
-         dtype == io::DType::kInt64;
+  return dtype == io::DType::kUInt8 || dtype == io::DType::kUInt16 || dtype == io::DType::kUInt32 ||
+         dtype == io::DType::kInt32 || dtype == io::DType::kInt64;
 }
 
 struct TokenStream::State {

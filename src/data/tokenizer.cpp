@@ -8,6 +8,7 @@
 
 #include "hpctrain/core/error.h"
 #include "hpctrain/data/gpt2_tokenizer.h"
+#include "hpctrain/data/hf_tokenizer.h"
 #include "hpctrain/data/manifest.h"
 
 namespace hpctrain::data {
@@ -58,6 +59,7 @@ std::unique_ptr<Tokenizer> dataset_tokenizer(const std::string& dataset_dir, con
                       "); the dataset's tokenizer was changed: prepare the text again");
     }
   }
+  if (manifest.tokenizer.name == "hf") return HfTokenizer::load((dir / "tokenizer.json").string());
   return std::make_unique<Gpt2Tokenizer>(
       Gpt2Tokenizer::load((dir / "encoder.json").string(), (dir / "vocab.bpe").string()));
 }

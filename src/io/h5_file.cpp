@@ -96,6 +96,7 @@ const char* dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kUInt8: return "uint8";
     case DType::kUInt16: return "uint16";
+    case DType::kUInt32: return "uint32";
     case DType::kInt32: return "int32";
     case DType::kInt64: return "int64";
     case DType::kFloat32: return "float32";
@@ -114,6 +115,7 @@ size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kUInt8: return 1;
     case DType::kUInt16: return 2;
+    case DType::kUInt32: return 4;
     case DType::kInt32: return 4;
     case DType::kInt64: return 8;
     case DType::kFloat32: return 4;
@@ -123,11 +125,11 @@ size_t dtype_size(DType dtype) {
 }
 
 DType dtype_from_name(const std::string& name, ExitCode code) {
-  for (DType d : {DType::kUInt8, DType::kUInt16, DType::kInt32, DType::kInt64, DType::kFloat32,
+  for (DType d : {DType::kUInt8, DType::kUInt16, DType::kUInt32, DType::kInt32, DType::kInt64, DType::kFloat32,
                   DType::kFloat64}) {
     if (name == dtype_name(d)) return d;
   }
-  throw Error("unknown dtype '" + name + "' (allowed: uint8|uint16|int32|int64|float32|float64)",
+  throw Error("unknown dtype '" + name + "' (allowed: uint8|uint16|uint32|int32|int64|float32|float64)",
               code);
 }
 
@@ -457,6 +459,8 @@ DatasetInfo H5File::info(const std::string& name) const {
     out.dtype = DType::kUInt8;
   } else if (cls == H5T_INTEGER && size == 2 && !is_signed) {
     out.dtype = DType::kUInt16;
+  } else if (cls == H5T_INTEGER && size == 4 && !is_signed) {
+    out.dtype = DType::kUInt32;
   } else if (cls == H5T_INTEGER && size == 4 && is_signed) {
     out.dtype = DType::kInt32;
   } else if (cls == H5T_INTEGER && size == 8 && is_signed) {

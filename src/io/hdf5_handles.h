@@ -33,6 +33,7 @@ inline hid_t native_type(DType dtype) {
   switch (dtype) {
     case DType::kUInt8: return H5T_NATIVE_UINT8;
     case DType::kUInt16: return H5T_NATIVE_UINT16;
+    case DType::kUInt32: return H5T_NATIVE_UINT32;
     case DType::kInt32: return H5T_NATIVE_INT32;
     case DType::kInt64: return H5T_NATIVE_INT64;
     case DType::kFloat32: return H5T_NATIVE_FLOAT;

@@ -20,6 +20,7 @@
 #include "hpctrain/core/system.h"
 #include "hpctrain/core/timer.h"
 #include "hpctrain/data/manifest.h"
+#include "hpctrain/data/hf_tokenizer.h"
 #include "hpctrain/data/tokenizer.h"
 #include "hpctrain/launch/command_start.h"
 #include "hpctrain/launch/commands.h"
@@ -36,7 +37,7 @@ using json = nlohmann::json;
 const char* kGenerateUsage =
     "usage: [mpirun -np N] hpctrain generate (--checkpoint FILE | --weights FILE --config FILE)\n"
     "           (--prompt TEXT | --prompts FILE) [--max-new-tokens N] [--temperature T] [--top-k K]\n"
-    "           [--top-p P] [--seed S] [--tokenizer bytes|DATASET] [--no-kv-cache] [--batch-size B]\n"
+    "           [--top-p P] [--seed S] [--tokenizer bytes|DATASET|TOKENIZER_JSON] [--no-kv-cache] [--batch-size B]\n"
     "           [--ignore-eos] [--out FILE]\n\n"
     "Continues each prompt with a language model (model.name=gpt or llama, or a scripted language model):\n"
     "  --checkpoint FILE    a checkpoint of `hpctrain train`; its config gives the model and data\n"
@@ -54,8 +55,9 @@ const char* kGenerateUsage =
     "                       as transformers takes them: greedy unless do_sample, then its\n"
     "                       temperature, top_p and top_k, 50 if it has none)\n"
     "  --seed S             sampling is reproducible from it, at any rank count (default 0)\n"
-    "  --tokenizer          bytes, or a dataset directory of `prepare text` whose tokenizer to use;\n"
-    "                       default: that of the config's data.path\n"
+    "  --tokenizer          bytes, a dataset directory of `prepare text` whose tokenizer to use, or a\n"
+    "                       Hugging Face tokenizer.json (or the model directory holding it); default:\n"
+    "                       that of the config's data.path, else --weights DIR's tokenizer.json\n"
     "  --no-kv-cache        recompute the whole context for every token (gpt and llama cache by\n"
     "                       default)\n"
     "  --batch-size B       continue up to B prompts together (default 1; a batch may round the\n"
@@ -119,18 +121,28 @@ std::vector<std::string> read_prompts(const config::ParsedArgs& parsed) {
   return prompts;
 }
 
-// The tokenizer named by --tokenizer, else data.path's; and the vocabulary the model has.
+// The tokenizer named by --tokenizer, else data.path's, else the tokenizer.json of `model_dir`
+// (--weights DIR); and the vocabulary the model has.
 std::unique_ptr<data::Tokenizer> tokenizer_for(const config::ParsedArgs& parsed, const config::Config& config,
-                                               std::int64_t& vocabulary) {
-  const std::string source = parsed.has("tokenizer") ? parsed.flags.at("tokenizer") : config.data.path;
+                                               const std::string& model_dir, std::int64_t& vocabulary) {
+  namespace fs = std::filesystem;
+  std::string source = parsed.has("tokenizer") ? parsed.flags.at("tokenizer") : config.data.path;
+  if (source.empty() && !model_dir.empty() && fs::exists(fs::path(model_dir) / "tokenizer.json")) source = model_dir;
   if (source.empty()) {
     throw ConfigError("generate: a tokenizer is needed to turn the prompts into tokens, and the config has no "
-                      "data.path to take it from; name one with --tokenizer bytes (byte tokens) or --tokenizer "
-                      "DATASET (a directory of `hpctrain prepare text`)");
+                      "data.path to take it from; name one with --tokenizer bytes (byte tokens), --tokenizer "
+                      "DATASET (a directory of `hpctrain prepare text`) or --tokenizer TOKENIZER_JSON");
   }
   if (source == "bytes") {
     vocabulary = 256;
     return data::make_byte_tokenizer();
+  }
+  // A tokenizer.json, or a model directory holding one (and no dataset's manifest.json).
+  if (fs::is_regular_file(source) ||
+      (fs::exists(fs::path(source) / "tokenizer.json") && !fs::exists(fs::path(source) / "manifest.json"))) {
+    std::unique_ptr<data::HfTokenizer> tokenizer = data::HfTokenizer::load(source);
+    vocabulary = tokenizer->vocabulary_size();
+    return tokenizer;
   }
   const data::Manifest manifest = data::Manifest::load(source);
   vocabulary = manifest.num_classes;
@@ -153,7 +165,7 @@ Loaded load_model(const config::ParsedArgs& parsed) {
     if (!parsed.config_file.empty()) throw ConfigError("generate: --checkpoint carries its config; drop --config");
     const ckpt::CheckpointReader reader(parsed.flags.at("checkpoint"));
     loaded.config = checkpoint_config(reader);
-    loaded.tokenizer = tokenizer_for(parsed, loaded.config, vocabulary);
+    loaded.tokenizer = tokenizer_for(parsed, loaded.config, "", vocabulary);
     const config::ModelConfig& m = loaded.config.model;
     loaded.model = checkpoint_model(reader, loaded.config, {{m.gpt_block_size}, vocabulary, true},
                                     weights::Weights::kAverageIfKept);
@@ -174,7 +186,8 @@ Loaded load_model(const config::ParsedArgs& parsed) {
   if (loaded.config.model.name == config::ModelName::kGpt) {
     weights::fill_gpt_shape(loaded.config.model, mapped.tensors, file_vocabulary);
   }
-  loaded.tokenizer = tokenizer_for(parsed, loaded.config, vocabulary);
+  const bool model_dir = std::filesystem::is_directory(parsed.flags.at("weights"));
+  loaded.tokenizer = tokenizer_for(parsed, loaded.config, model_dir ? parsed.flags.at("weights") : "", vocabulary);
   if (file_vocabulary != 0 && file_vocabulary != vocabulary) {
     throw ConfigError("generate: " + file.path() + " has a vocabulary of " + std::to_string(file_vocabulary) +
                       " tokens, the tokenizer " + std::to_string(vocabulary) + "; name the weights' own with --tokenizer");

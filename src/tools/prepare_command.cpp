@@ -20,7 +20,7 @@ int run_prepare(const Args& args) {
       {"shards", true, "shards per split"},
       {"shard-size", true, "target shard size, e.g. 256MiB (instead of --shards)"},
       {"compression", true, "none, deflate or deflate:1..9"},
-      {"tokenizer", true, "text: bytes (default) or gpt2"},
+      {"tokenizer", true, "text: bytes (default), gpt2, or a tokenizer.json or the model directory holding it"},
       {"vocab", true, "text with --tokenizer gpt2: GPT-2's encoder.json"},
       {"merges", true, "text with --tokenizer gpt2: GPT-2's vocab.bpe"},
   };
@@ -30,15 +30,18 @@ int run_prepare(const Args& args) {
     std::cout << "usage: hpctrain prepare <" << formats << "> --source DIR --out DIR "
               << "[--overwrite] [--limit N]\n"
                  "       [--shards N | --shard-size SIZE] [--compression none|deflate[:L]]\n\n"
-                 "       [--test-fraction F] [--tokenizer bytes|gpt2 --vocab encoder.json --merges vocab.bpe]\n\n"
+                 "       [--test-fraction F] [--tokenizer bytes|gpt2 --vocab encoder.json --merges vocab.bpe]\n"
+                 "       [--tokenizer TOKENIZER_JSON|MODEL_DIR]\n\n"
                  "Imports a dataset into a directory of manifest.json plus HDF5 shards per split,\n"
                  "chunked with fletcher32 checksums:\n"
                  "  fashion-mnist, mnist  IDX files (gzipped or not) -> splits train, test\n"
                  "  npy                   X.npy + y.npy (+ X_test.npy + y_test.npy, else the last\n"
                  "                        --test-fraction, default 0.1) -> train, test\n"
                  "  text                  a file or directory of text -> tokens, train + val: bytes\n"
-                 "                        (vocabulary 256), or GPT-2's BPE with --tokenizer gpt2 and\n"
-                 "                        its two files, which the dataset keeps (docs/fine-tuning.md)\n"
+                 "                        (vocabulary 256), GPT-2's BPE with --tokenizer gpt2 and its\n"
+                 "                        two files, or a Hugging Face tokenizer.json's (special tokens'\n"
+                 "                        strings in the text kept as plain text), whose files the\n"
+                 "                        dataset keeps (docs/fine-tuning.md)\n"
                  "The output appears only when complete; an existing one is kept unless --overwrite.\n"
                  "Example:\n"
                  "  hpctrain prepare fashion-mnist --source /usr/share/datasets/fashion-mnist "

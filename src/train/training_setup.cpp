@@ -157,6 +157,9 @@ std::optional<InitialWeights> read_initial_weights(config::ModelConfig& model, b
 // A language model's weights only fit data tokenized as they were trained.
 void check_vocabulary(const config::Config& config, const InitialWeights& initial, const data::Manifest& manifest) {
   if (initial.vocabulary == 0 || initial.vocabulary == manifest.num_classes) return;
+  // A Hugging Face model's embedding often has rows past its tokenizer's ids (Qwen's 151,936 for
+  // 151,669): the data's ids only have to fit.
+  if (manifest.tokenizer.name == "hf" && manifest.num_classes < initial.vocabulary) return;
   throw ConfigError("model.init_from=" + config.model.init_from + " has a vocabulary of " +
                     std::to_string(initial.vocabulary) + " tokens, but data.path=" + config.data.path +
                     " was tokenized into " + std::to_string(manifest.num_classes) +
@@ -176,8 +179,8 @@ std::shared_ptr<model::Model> build_model(const config::Config& config, const mo
 // shard of the weights from the file (model.h, ModelSpec::parameters_without_memory).
 bool weights_read_by_shard(const config::Config& config) {
   const config::ModelConfig& m = config.model;
-  return sharding::Strategy(config.dist).shards_parameters() && m.name == config::ModelName::kLlama && !m.init_from.empty() &&
-         m.init_strict && m.lora_rank == 0;
+  return sharding::Strategy(config.dist).shards_parameters() && m.name == config::ModelName::kLlama &&
+         !m.init_from.empty() && m.init_strict && m.lora_rank == 0;
 }
 
 // A token stream's splits, and the language model that reads them.

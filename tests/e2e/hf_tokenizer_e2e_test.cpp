@@ -14,6 +14,8 @@
 
 #include "e2e.h"
 #include "hpctrain/core/system.h"
+#include "hpctrain/data/manifest.h"
+#include "hpctrain/io/h5_file.h"
 #include "process.h"
 
 namespace hpctrain::testing {
@@ -130,6 +132,69 @@ TEST_F(HfTokenizerEndToEnd, PlainSpecialKeepsSpecialTokensOutOfTypedText) {
   const json line = json::parse(plain.out);
   for (const json& id : line["ids"]) EXPECT_LT(id.get<int>(), 128000) << line.dump();
   EXPECT_EQ(line["decoded"], text);
+}
+
+// `prepare text` with Qwen 3's tokenizer.json: its ids (above 65,535: stored as uint32) are
+// `tokenize --plain-special`'s, the dataset keeps the file, and a llama whose embedding has rows
+// past the tokenizer's ids trains on it and generates in it.
+TEST_F(HfTokenizerEndToEnd, APreparedTextKeepsTheTokenizersIdsAndTrainsALlama) {
+  std::string text;
+  for (const char* line : {"The café's 日本語 <|im_start|> 😀 12345\n", "Hello, world!\n"}) {
+    for (int i = 0; i < 200; ++i) text += line;
+  }
+  std::ofstream(work_ + "/corpus.txt") << text;
+  const std::string tokens = work_ + "/qwen-tokens";
+  const ProcessResult prepared = run_command(kBin + " prepare text --source " + work_ + "/corpus.txt --out " + tokens +
+                                             " --tokenizer " + fs::path(tokenizer("qwen3")).parent_path().string());
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.err;
+  const data::Manifest manifest = data::Manifest::load(tokens);
+  EXPECT_EQ(manifest.num_classes, 151669);
+  EXPECT_EQ(manifest.tokenizer.name, "hf");
+  EXPECT_EQ(read_file(tokens + "/tokenizer/tokenizer.json"), read_file(tokenizer("qwen3")));
+  ASSERT_EQ(manifest.fields.size(), 1u);
+  EXPECT_EQ(io::dtype_name(manifest.fields[0].dtype), std::string("uint32"));
+
+  std::ofstream(work_ + "/corpus.jsonl") << json(text).dump() << "\n";
+  const ProcessResult expected = run_command(kBin + " tokenize --tokenizer " + tokenizer("qwen3") + " --texts " +
+                                             work_ + "/corpus.jsonl --plain-special");
+  ASSERT_EQ(expected.exit_code, 0) << expected.err;
+  const std::vector<std::int64_t> ids = json::parse(expected.out)["ids"].get<std::vector<std::int64_t>>();
+  const std::string shard = tokens + "/" + manifest.splits.at("train").shards.at(0).file;
+  const ProcessResult dumped = run_command("h5dump -d /tokens -w 0 -y " + shard +
+                                           " | sed -n '/DATA {/,$p' | tr -s ' ,' '\\n' | grep -E '^[0-9]+$'");
+  ASSERT_EQ(dumped.exit_code, 0) << dumped.err;
+  std::vector<std::int64_t> stored;
+  std::istringstream in(dumped.out);
+  for (std::int64_t id = 0; in >> id;) stored.push_back(id);
+  ASSERT_FALSE(stored.empty());
+  EXPECT_EQ(stored, std::vector<std::int64_t>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(stored.size())));
+
+  std::ofstream(work_ + "/qwen-shape.json")
+      << R"({"vocab_size": 151936, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+             "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8})";
+  const ProcessResult made = run_command("/usr/bin/python3 " + kSource + "/tests/support/llama_reference.py make " +
+                                         work_ + "/qwen-small --family qwen3 --config " + work_ + "/qwen-shape.json");
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const std::string run = work_ + "/qwen-run";
+  const ProcessResult trained = run_command(kBin + " train --model.name=llama --model.init_from=" + work_ +
+                                            "/qwen-small --data.path=" + tokens + " --data.eval_split=val" +
+                                            " --model.gpt_block_size=16 --train.batch_size=2 --train.threads=1" +
+                                            " --train.max_steps=2 --ckpt.keep_last=0 --run.dir=" + run);
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  const ProcessResult generated = run_command(kBin + " generate --checkpoint " + run +
+                                              "/checkpoints/ckpt-2.h5 --prompt 'The café' --max-new-tokens 3"
+                                              " --temperature 0 --ignore-eos");
+  ASSERT_EQ(generated.exit_code, 0) << generated.err;
+  EXPECT_EQ(json::parse(generated.out)["tokens"].size(), 3u) << generated.out;
+
+  // A model directory with its tokenizer.json: generate --weights reads prompts in it unasked.
+  fs::copy_file(tokenizer("qwen3"), work_ + "/qwen-small/tokenizer.json");
+  std::ofstream(work_ + "/llama.ini") << "[model]\nname = llama\n[train]\nthreads = 1\n";
+  const ProcessResult from_dir = run_command(kBin + " generate --weights " + work_ + "/qwen-small --config " + work_ +
+                                             "/llama.ini --prompt 'The café' --max-new-tokens 3 --temperature 0"
+                                             " --ignore-eos");
+  ASSERT_EQ(from_dir.exit_code, 0) << from_dir.err;
+  EXPECT_EQ(json::parse(from_dir.out)["tokens"].size(), 3u) << from_dir.out;
 }
 
 // A tokenizer.json small enough to write by hand: bytes 'a', 'b' and their merge.

@@ -18,7 +18,7 @@ struct ImportOptions {
   std::int64_t limit = 0;      // keep only the first `limit` samples of each split; 0: all
   double test_fraction = 0.1;  // npy without X_test.npy, text: the held-out tail
   ShardingOptions sharding;    // shards per split or shard size, compression
-  std::string tokenizer = "bytes";  // text: bytes or gpt2
+  std::string tokenizer = "bytes";  // text: bytes, gpt2, or a tokenizer.json (or a directory holding one)
   std::string vocab;                // text with gpt2: encoder.json
   std::string merges;               // text with gpt2: vocab.bpe
 };

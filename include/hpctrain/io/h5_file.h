@@ -15,7 +15,7 @@
 
 namespace hpctrain::io {
 
-enum class DType { kUInt8, kUInt16, kInt32, kInt64, kFloat32, kFloat64 };
+enum class DType { kUInt8, kUInt16, kUInt32, kInt32, kInt64, kFloat32, kFloat64 };
 
 const char* dtype_name(DType dtype);
 // "[60000,1,28,28]"; "[]" for a scalar.
