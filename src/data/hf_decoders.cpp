@@ -102,17 +102,7 @@ class Replace final : public Decoder {
   Replace(const json& spec, const std::string& where)
       : pattern_(spec.value("pattern", json()), where + ".pattern"), content_(spec.value("content", std::string())) {}
   void decode(std::vector<std::string>& tokens) const override {
-    for (std::string& token : tokens) {
-      std::string out;
-      size_t at = 0;
-      for (const auto& [begin, end] : pattern_.find_all(token)) {
-        out.append(token, at, begin - at);
-        out += content_;
-        at = end;
-      }
-      out.append(token, at, std::string::npos);
-      token = std::move(out);
-    }
+    for (std::string& token : tokens) token = pattern_.replace_all(token, content_);
   }
 
  private:

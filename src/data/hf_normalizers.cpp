@@ -60,17 +60,7 @@ class Replace final : public Normalizer {
  public:
   Replace(const json& spec, const std::string& where)
       : pattern_(spec.value("pattern", json()), where + ".pattern"), content_(spec.value("content", std::string())) {}
-  void normalize(std::string& text) const override {
-    std::string out;
-    size_t at = 0;
-    for (const auto& [begin, end] : pattern_.find_all(text)) {
-      out.append(text, at, begin - at);
-      out += content_;
-      at = end;
-    }
-    out.append(text, at, std::string::npos);
-    text = std::move(out);
-  }
+  void normalize(std::string& text) const override { text = pattern_.replace_all(text, content_); }
 
  private:
   Pattern pattern_;

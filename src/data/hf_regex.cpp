@@ -81,4 +81,16 @@ std::vector<std::pair<size_t, size_t>> Pattern::find_all(std::string_view text) 
   return out;
 }
 
+std::string Pattern::replace_all(std::string_view text, const std::string& content) const {
+  std::string out;
+  size_t at = 0;
+  for (const auto& [begin, end] : find_all(text)) {
+    out.append(text.substr(at, begin - at));
+    out += content;
+    at = end;
+  }
+  out.append(text.substr(at));
+  return out;
+}
+
 }  // namespace hpctrain::data::hf

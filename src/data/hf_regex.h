@@ -35,6 +35,8 @@ class Pattern {
   Pattern(const nlohmann::json& spec, const std::string& where);
   // As Regex::find_all; a literal's occurrences left to right.
   std::vector<std::pair<size_t, size_t>> find_all(std::string_view text) const;
+  // `text` with every match replaced by `content`.
+  std::string replace_all(std::string_view text, const std::string& content) const;
 
  private:
   std::string literal_;

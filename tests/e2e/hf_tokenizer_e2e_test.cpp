@@ -119,6 +119,83 @@ TEST_F(HfTokenizerEndToEnd, ATemplatePostProcessorAddsItsTokensWhenAsked) {
   EXPECT_EQ(json::parse(r.out)["ids"][0], 128000);
 }
 
+// A BPE over printable ASCII and U+2581 with a few merges, its ids after `first_id`.
+json small_vocabulary(std::int64_t first_id, json& merges) {
+  json vocab = json::object();
+  std::int64_t id = first_id;
+  for (char c = '!'; c <= '~'; ++c) vocab[std::string(1, c)] = id++;
+  vocab["\u2581"] = id++;
+  for (const char* merged : {"\u2581t", "he", "\u2581the", "in", "\u2581a"}) vocab[merged] = id++;
+  merges = json::array({"\u2581 t", "h e", "\u2581t he", "i n", "\u2581 a"});
+  return vocab;
+}
+
+// Llama 2's and Mistral's layout (SentencePiece's BPE as tokenizers writes it): spaces made U+2581
+// by the normalizers, bytes as <0xHH> tokens for what the vocabulary lacks, and the decoders that
+// undo both; <s> before every text.
+json sentencepiece_style() {
+  json vocab = json::object();
+  vocab["<unk>"] = 0;
+  vocab["<s>"] = 1;
+  vocab["</s>"] = 2;
+  char name[8];
+  for (int b = 0; b < 256; ++b) {
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    vocab[name] = 3 + b;
+  }
+  json merges;
+  vocab.update(small_vocabulary(259, merges));
+  json spec = json::parse(R"({
+    "added_tokens": [{"id": 0, "content": "<unk>"}, {"id": 1, "content": "<s>"}, {"id": 2, "content": "</s>"}],
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                   {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+    "pre_tokenizer": null,
+    "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                       {"Sequence": {"id": "A", "type_id": 0}}], "pair": [],
+                       "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+    "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+                {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+    "model": {"type": "BPE", "unk_token": "<unk>", "byte_fallback": true, "fuse_unk": true}})");
+  spec["model"]["vocab"] = vocab;
+  spec["model"]["merges"] = merges;
+  return spec;
+}
+
+// The other components: NFKC and Strip, digits one by one, Metaspace's splitting, Whitespace,
+// an unknown token for what the vocabulary lacks, runs of it fused, and Metaspace's decoder.
+json assorted_components() {
+  json merges;
+  json vocab = small_vocabulary(1, merges);
+  vocab["[UNK]"] = 0;
+  json spec = json::parse(R"({
+    "added_tokens": [{"id": 0, "content": "[UNK]"}],
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Strip", "strip_left": true,
+                   "strip_right": true}]},
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true},
+                      {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": true}]},
+    "post_processor": null,
+    "decoder": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": true},
+    "model": {"type": "BPE", "unk_token": "[UNK]", "fuse_unk": true}})");
+  spec["model"]["vocab"] = vocab;
+  spec["model"]["merges"] = merges;
+  return spec;
+}
+
+TEST_F(HfTokenizerEndToEnd, OtherComponentsAreTheReferences) {
+  for (auto [name, spec] : {std::pair<std::string, json>{"sentencepiece-style", sentencepiece_style()},
+                            {"assorted", assorted_components()}}) {
+    SCOPED_TRACE(name);
+    for (json& token : spec["added_tokens"]) {  // tokenizers wants every flag
+      token.update({{"special", true}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                    {"normalized", false}});
+    }
+    const std::string path = work_ + "/" + name + ".json";
+    std::ofstream(path) << spec.dump();
+    expect_reference(path, "");
+    expect_reference(path, "--add-special-tokens");
+  }
+}
+
 // Text a user typed: a special token's string in it is plain text, which decodes back to it.
 TEST_F(HfTokenizerEndToEnd, PlainSpecialKeepsSpecialTokensOutOfTypedText) {
   const std::string text = "before <|eot_id|> after<|begin_of_text|>";
