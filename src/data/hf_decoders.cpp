@@ -201,17 +201,7 @@ std::unique_ptr<Decoder> make_decoder(const json& spec, const std::string& where
     const std::string scheme = spec.value("prepend_scheme", spec.value("add_prefix_space", true) ? "always" : "never");
     return std::make_unique<Metaspace>(spec.value("replacement", std::string("\u2581")), scheme != "never");
   }
-  if (type == "Sequence") {
-    const json& list = spec.value("decoders", json());
-    if (!list.is_array()) throw DataError(where + ".decoders: not a list");
-    std::vector<std::unique_ptr<Decoder>> parts;
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (auto part = make_decoder(list[i], where + ".decoders[" + std::to_string(i) + "]")) {
-        parts.push_back(std::move(part));
-      }
-    }
-    return std::make_unique<Sequence>(std::move(parts));
-  }
+  if (type == "Sequence") return std::make_unique<Sequence>(sequence_parts<Decoder>(spec, "decoders", where, make_decoder));
   throw DataError(where + ": type '" + type +
                   "' is not supported (supported: ByteLevel, ByteFallback, Fuse, Strip, Replace, Metaspace, Sequence)");
 }

@@ -122,17 +122,7 @@ std::unique_ptr<Normalizer> make_normalizer(const json& spec, const std::string&
   if (type == "Prepend") return std::make_unique<Prepend>(spec.value("prepend", std::string()));
   if (type == "Replace") return std::make_unique<Replace>(spec, where);
   if (type == "Strip") return std::make_unique<Strip>(spec.value("strip_left", true), spec.value("strip_right", true));
-  if (type == "Sequence") {
-    const json& list = spec.value("normalizers", json());
-    if (!list.is_array()) throw DataError(where + ".normalizers: not a list");
-    std::vector<std::unique_ptr<Normalizer>> parts;
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (auto part = make_normalizer(list[i], where + ".normalizers[" + std::to_string(i) + "]")) {
-        parts.push_back(std::move(part));
-      }
-    }
-    return std::make_unique<Sequence>(std::move(parts));
-  }
+  if (type == "Sequence") return std::make_unique<Sequence>(sequence_parts<Normalizer>(spec, "normalizers", where, make_normalizer));
   throw DataError(where + ": type '" + type +
                   "' is not supported (supported: NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip, Sequence)");
 }

@@ -223,17 +223,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& spec, const std::st
   if (type == "WhitespaceSplit") {
     return std::make_unique<Split>(json{{"Regex", R"(\s+)"}}, where, Behaviour::kRemoved, false);
   }
-  if (type == "Sequence") {
-    const json& list = spec.value("pretokenizers", json());
-    if (!list.is_array()) throw DataError(where + ".pretokenizers: not a list");
-    std::vector<std::unique_ptr<PreTokenizer>> parts;
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (auto part = make_pre_tokenizer(list[i], where + ".pretokenizers[" + std::to_string(i) + "]")) {
-        parts.push_back(std::move(part));
-      }
-    }
-    return std::make_unique<Sequence>(std::move(parts));
-  }
+  if (type == "Sequence") return std::make_unique<Sequence>(sequence_parts<PreTokenizer>(spec, "pretokenizers", where, make_pre_tokenizer));
   throw DataError(where + ": type '" + type +
                   "' is not supported (supported: Split, ByteLevel, Metaspace, Digits, Whitespace, WhitespaceSplit, "
                   "Sequence)");

@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <memory>
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "hpctrain/core/error.h"
 
 namespace hpctrain::data::hf {
 
@@ -40,6 +42,19 @@ struct Template {
   std::vector<std::int32_t> before;
   std::vector<std::int32_t> after;
 };
+
+// A Sequence's parts: each element of `spec[key]` made by `make(element, where)`, nulls left out.
+template <class Part, class Make>
+std::vector<std::unique_ptr<Part>> sequence_parts(const nlohmann::json& spec, const std::string& key,
+                                                  const std::string& where, Make make) {
+  const nlohmann::json& list = spec.value(key, nlohmann::json());
+  if (!list.is_array()) throw DataError(where + "." + key + ": not a list");
+  std::vector<std::unique_ptr<Part>> parts;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (auto part = make(list[i], where + "." + key + "[" + std::to_string(i) + "]")) parts.push_back(std::move(part));
+  }
+  return parts;
+}
 
 // Null JSON: none. `where` names the key in messages ("tokenizer.json: normalizer").
 std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& spec, const std::string& where);

@@ -25,8 +25,8 @@ namespace {
 // allocates it again and all-gathers every rank's chunk into it. The parameters, and the tensors
 // autograd saved for backward that refer to them, keep their shape and offset throughout and
 // read the gathered values again: PyTorch's FSDP resizes the storage the same way. Between
-// gathers nothing may read a parameter (the optimizer works on the shards).
-void free_memory(const at::Tensor& tensor) { model::release_memory(tensor); }
+// gathers nothing may read a parameter (the optimizer works on the shards). model::release_memory
+// is that release.
 
 // A read-only file mapping's pages under `tensor`, out of this process's resident memory (the
 // page cache keeps them): read once, they would otherwise add up to the whole file per rank.
@@ -141,7 +141,7 @@ BlockGatherer::BlockGatherer(comm::Communicator& comm, const std::vector<at::Ten
     }
     unit.shard = ddp::mapped_zeros(chunk, unit.whole.options());  // long-lived: kept out of the step's heap
     unit.shard.copy_(unit.whole.narrow(0, chunk * comm.rank(), chunk));
-    free_memory(unit.whole);
+    model::release_memory(unit.whole);
     units_.push_back(std::move(unit));
   }
   deferred = model::DeferredWeights{};  // the file's mapping goes with it
@@ -264,7 +264,7 @@ void BlockGatherer::release_unlocked(size_t u) {
   Unit& unit = units_[u];
   if (!unit.gathered) return;
   wait(u);  // the collective writes into the memory until it completes
-  free_memory(unit.whole);
+  model::release_memory(unit.whole);
   unit.gathered = false;
 }
 

@@ -39,8 +39,9 @@ Trainer::Trainer(TrainingSetup setup, comm::ControlPlane& control, comm::Communi
       profile_(config::parse_step_range(setup_.config.log.profile_steps), run_dir_.profile_path(control.world_rank())),
       checkpointer_(setup_.config, control, run_dir_, device) {
   // What building, loading and placing the model cost this rank at most (MPI's start-up too).
-  log::info("rank {}: peak RSS {}, {} more than before the model was built", control.world_rank(),
-            bytes_text(sys::peak_rss_bytes()), bytes_text(sys::peak_rss_bytes() - setup_.rss_before_model));
+  const std::int64_t peak = sys::peak_rss_bytes();
+  log::info("rank {}: peak RSS {}, {} more than before the model was built", control.world_rank(), bytes_text(peak),
+            bytes_text(peak - setup_.rss_before_model));
   torch::manual_seed(optim::rank_seed(setup_.config.train.seed, control.world_rank(), /*step=*/0));
 }
 
