@@ -201,7 +201,9 @@ std::unique_ptr<Decoder> make_decoder(const json& spec, const std::string& where
     const std::string scheme = spec.value("prepend_scheme", spec.value("add_prefix_space", true) ? "always" : "never");
     return std::make_unique<Metaspace>(spec.value("replacement", std::string("\u2581")), scheme != "never");
   }
-  if (type == "Sequence") return std::make_unique<Sequence>(sequence_parts<Decoder>(spec, "decoders", where, make_decoder));
+  if (type == "Sequence") {
+    return std::make_unique<Sequence>(sequence_parts<Decoder>(spec, "decoders", where, make_decoder));
+  }
   throw DataError(where + ": type '" + type +
                   "' is not supported (supported: ByteLevel, ByteFallback, Fuse, Strip, Replace, Metaspace, Sequence)");
 }

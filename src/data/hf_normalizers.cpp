@@ -122,7 +122,9 @@ std::unique_ptr<Normalizer> make_normalizer(const json& spec, const std::string&
   if (type == "Prepend") return std::make_unique<Prepend>(spec.value("prepend", std::string()));
   if (type == "Replace") return std::make_unique<Replace>(spec, where);
   if (type == "Strip") return std::make_unique<Strip>(spec.value("strip_left", true), spec.value("strip_right", true));
-  if (type == "Sequence") return std::make_unique<Sequence>(sequence_parts<Normalizer>(spec, "normalizers", where, make_normalizer));
+  if (type == "Sequence") {
+    return std::make_unique<Sequence>(sequence_parts<Normalizer>(spec, "normalizers", where, make_normalizer));
+  }
   throw DataError(where + ": type '" + type +
                   "' is not supported (supported: NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip, Sequence)");
 }

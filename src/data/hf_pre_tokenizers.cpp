@@ -223,7 +223,9 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& spec, const std::st
   if (type == "WhitespaceSplit") {
     return std::make_unique<Split>(json{{"Regex", R"(\s+)"}}, where, Behaviour::kRemoved, false);
   }
-  if (type == "Sequence") return std::make_unique<Sequence>(sequence_parts<PreTokenizer>(spec, "pretokenizers", where, make_pre_tokenizer));
+  if (type == "Sequence") {
+    return std::make_unique<Sequence>(sequence_parts<PreTokenizer>(spec, "pretokenizers", where, make_pre_tokenizer));
+  }
   throw DataError(where + ": type '" + type +
                   "' is not supported (supported: Split, ByteLevel, Metaspace, Digits, Whitespace, WhitespaceSplit, "
                   "Sequence)");
