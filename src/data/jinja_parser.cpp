@@ -1,4 +1,5 @@
 // Jinja2's grammar for the statements and expressions chat templates use, by recursive descent.
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <set>
@@ -110,7 +111,10 @@ class Parser {
     NodePtr body = make(Node::Kind::kBody);
     while (true) {
       if (at(Token::Kind::kEnd)) {
-        if (!stops.empty()) fail("the template ends before its '" + *stops.begin() + "'");
+        if (!stops.empty()) {
+          const auto end = std::find_if(stops.begin(), stops.end(), [](const std::string& s) { return s.rfind("end", 0) == 0; });
+          fail("the template ends before its '" + (end == stops.end() ? *stops.begin() : *end) + "'");
+        }
         return body;
       }
       if (at(Token::Kind::kText)) {

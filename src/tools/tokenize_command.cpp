@@ -2,6 +2,7 @@
 // template rendered for conversations, one JSON line each: how a user checks the tokenizer and the
 // template against transformers, and how the tests check them against Hugging Face's tokenizers
 // and Jinja2.
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -24,8 +25,10 @@ const char* kTokenizeUsage =
     "Encodes texts with a Hugging Face tokenizer.json and decodes the ids again; prints one JSON line\n"
     "per text: {\"ids\": [...], \"decoded\": \"...\", \"decoded_skip_special\": \"...\"}.\n"
     "With --conversations, renders each line's conversation with the model's chat template as\n"
-    "transformers' apply_chat_template(tokenize=False) does and prints {\"text\": \"...\", \"ids\": [...]},\n"
-    "or {\"error\": \"...\", \"raised\": true|false} where the template refuses or fails on it.\n"
+    "transformers' apply_chat_template(tokenize=False) does and prints {\"text\": \"...\", \"ids\": [...],\n"
+    "\"spans\": [[begin, end, message], ...]} (the text's bytes that came from each message's strings; ids\n"
+    "where DIR has a tokenizer.json)"
+    " or {\"error\": \"...\", \"raised\": true|false} where the template refuses or fails on it.\n"
     "  --tokenizer PATH       tokenizer.json, or a model directory holding it\n"
     "  --text TEXT            one text\n"
     "  --texts FILE           JSON Lines, each line a JSON string\n"
@@ -64,7 +67,8 @@ int render_conversations(const config::ParsedArgs& parsed) {
   }
   const std::vector<nlohmann::ordered_json> records = read_conversations(parsed.flags.at("conversations"));
   const data::ChatTemplate chat(config.chat_template, config.chat_template_origin);
-  const std::unique_ptr<data::HfTokenizer> tokenizer = data::HfTokenizer::load(dir);
+  const bool has_tokenizer = !std::filesystem::is_directory(dir) || std::filesystem::exists(dir + "/tokenizer.json");
+  const std::unique_ptr<data::HfTokenizer> tokenizer = has_tokenizer ? data::HfTokenizer::load(dir) : nullptr;
   for (nlohmann::ordered_json variables : records) {
     for (const auto& [key, token] : config.special_tokens) {
       if (!variables.contains(key)) variables[key] = token;
@@ -72,7 +76,10 @@ int render_conversations(const config::ParsedArgs& parsed) {
     nlohmann::json line;
     try {
       const data::RenderedChat rendered = chat.render(variables);
-      line = {{"text", rendered.text}, {"ids", tokenizer->encode(rendered.text)}};
+      nlohmann::json spans = nlohmann::json::array();
+      for (const data::MessageSpan& span : rendered.spans) spans.push_back({span.begin, span.end, span.message});
+      line = {{"text", rendered.text}, {"spans", spans}};
+      if (tokenizer) line["ids"] = tokenizer->encode(rendered.text);
     } catch (const data::ChatTemplateError& e) {
       line = {{"error", e.what()}, {"raised", e.raised}};
     }
