@@ -20,12 +20,18 @@ class RaisedByTemplate : public EvalError {
   using EvalError::EvalError;
 };
 
-// The sizes one render may make: a string's bytes, a list's items (range()'s too).
+// The sizes one render may make: a string's bytes, a list's items (range()'s too), and the bytes
+// of strings it makes and reads all together, which bounds its time.
 struct Budget {
   size_t max_string_bytes = size_t{16} << 20;
   size_t max_items = 1'000'000;
+  size_t max_work_bytes = size_t{1} << 30;
   void check_string(size_t bytes) const;
   void check_items(size_t count) const;
+  void charge(size_t bytes) const;
+
+ private:
+  mutable size_t work_ = 0;
 };
 
 // Arguments bound to a signature by position or keyword; an unknown keyword, a repeat or one too

@@ -8,9 +8,18 @@
 namespace hpctrain::data::jinja {
 
 void Budget::check_string(size_t bytes) const {
+  charge(bytes);
   if (bytes > max_string_bytes) {
     throw EvalError("a string of more than " + std::to_string(max_string_bytes) +
                     " bytes (the engine's bound for an untrusted template)");
+  }
+}
+
+void Budget::charge(size_t bytes) const {
+  work_ += bytes;
+  if (work_ > max_work_bytes) {
+    throw EvalError("the template handles more than " + std::to_string(max_work_bytes) +
+                    " bytes of strings (the engine's bound for an untrusted template)");
   }
 }
 
@@ -239,6 +248,7 @@ Value slice(const Value& target, const Value& start, const Value& stop, const Va
     } else {
       items.push_back(target.items()[k]);
     }
+    if (back ? i - to <= -by : to - i <= by) break;  // the next step would pass `to` (or overflow)
   }
   return is_string ? Value::string(std::move(text)) : Value::list(std::move(items));
 }

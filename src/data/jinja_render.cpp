@@ -262,7 +262,10 @@ class Renderer {
 
   Value eval(const Node& node, const ScopePtr& scope) {
     try {
-      return eval_node(node, scope);
+      Value value = eval_node(node, scope);
+      // What a string costs to make or to read (a subscript scans it): the render's time bound.
+      if (value.is(VKind::kString)) budget_.charge(value.str().size());
+      return value;
     } catch (const RaisedByTemplate& e) {
       throw RaisedError(e.what(), node.line, node.column);
     } catch (const EvalError& e) {
@@ -344,11 +347,16 @@ class Renderer {
       }
       case Kind::kAttribute:
         return attribute(eval(*node.kids[0], scope), node.name);
-      case Kind::kItem:
-        return subscript(eval(*node.kids[0], scope), eval(*node.kids[1], scope));
+      case Kind::kItem: {
+        const Value target = eval(*node.kids[0], scope);
+        if (target.is(VKind::kString)) budget_.charge(target.str().size());
+        return subscript(target, eval(*node.kids[1], scope));
+      }
       case Kind::kSlice: {
         const auto part = [&](size_t i) { return node.kids[i] ? eval(*node.kids[i], scope) : Value::none(); };
-        return slice(eval(*node.kids[0], scope), part(1), part(2), part(3));
+        const Value target = eval(*node.kids[0], scope);
+        if (target.is(VKind::kString)) budget_.charge(target.str().size());
+        return slice(target, part(1), part(2), part(3));
       }
       case Kind::kCall:
         return call(node, scope);
