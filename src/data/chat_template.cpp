@@ -12,8 +12,7 @@ std::string placed(const std::string& origin, const jinja::TemplateError& e) {
 
 }  // namespace
 
-ChatTemplate::ChatTemplate(std::string_view source, std::string origin)
-    : source_(source), origin_(std::move(origin)) {
+ChatTemplate::ChatTemplate(std::string_view source, std::string origin) : source_(source), origin_(std::move(origin)) {
   try {
     program_ = std::make_unique<jinja::Program>(source_, jinja::Limits{});
   } catch (const jinja::TemplateError& e) {

@@ -1,11 +1,11 @@
 // Jinja2's filters and tests that chat templates use, with tojson as transformers defines it
 // (json.dumps with ensure_ascii=False).
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
-
-#include <utf8proc.h>
 
 #include "jinja_builtins.h"
 #include "utf8.h"
@@ -59,10 +59,12 @@ Value do_trim(const Value& v, const CallArgs& args, const Budget&) {
 Value do_tojson(const Value& v, const CallArgs& args, const Budget& budget) {
   const Arguments a(args, "tojson", {"indent", "separators", "sort_keys"});
   const Value indent = a.get_or(0, Value::none());
-  if (a.get(1) && !a.get(1)->is(Kind::kNone)) throw EvalError("tojson's separators are not supported by this template engine");
+  if (a.get(1) && !a.get(1)->is(Kind::kNone))
+    throw EvalError("tojson's separators are not supported by this template engine");
   if (!indent.is(Kind::kNone) && !indent.is(Kind::kInt)) throw EvalError("tojson's indent must be an integer");
-  const std::string json = to_json(v, indent.is(Kind::kInt) ? static_cast<int>(std::clamp<std::int64_t>(indent.as_int(), 0, 64)) : -1,
-                                   a.get_or(2, Value::boolean(false)).truthy());
+  const std::string json =
+      to_json(v, indent.is(Kind::kInt) ? static_cast<int>(std::clamp<std::int64_t>(indent.as_int(), 0, 64)) : -1,
+              a.get_or(2, Value::boolean(false)).truthy());
   budget.check_string(json.size());
   return Value::string(json);
 }
@@ -86,7 +88,8 @@ Value do_replace(const Value& v, const CallArgs& args, const Budget& budget) {
     }
     if (count != 0) out.append(replacement);
   } else {
-    for (size_t at = text.bytes.find(old); at != std::string::npos && count != 0; at = text.bytes.find(old, from), --count) {
+    for (size_t at = text.bytes.find(old); at != std::string::npos && count != 0;
+         at = text.bytes.find(old, from), --count) {
       out.append(text.slice(from, at));
       out.append(replacement);
       from = at + old.size();
@@ -159,8 +162,11 @@ Value do_round(const Value& v, const CallArgs& args, const Budget&) {
   const double scale = std::pow(10.0, static_cast<double>(a.get_or(0, Value::integer(0)).as_int()));
   const std::string method = str_of(a.get_or(1, Value::string("common")));
   const double x = v.as_double() * scale;
-  const double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::nearbyint(x);  // half to even, as Python
-  if (method != "common" && method != "ceil" && method != "floor") throw EvalError("method must be common, ceil or floor");
+  const double r = method == "ceil"    ? std::ceil(x)
+                   : method == "floor" ? std::floor(x)
+                                       : std::nearbyint(x);  // half to even, as Python
+  if (method != "common" && method != "ceil" && method != "floor")
+    throw EvalError("method must be common, ceil or floor");
   return Value::number(r / scale);
 }
 
@@ -194,7 +200,9 @@ Value do_escape(const Value& v, const CallArgs&, const Budget& budget) {
 Value do_indent(const Value& v, const CallArgs& args, const Budget& budget) {
   const Arguments a(args, "indent", {"width", "first", "blank"});
   const Value width = a.get_or(0, Value::integer(4));
-  const std::string pad = width.is(Kind::kString) ? width.str() : std::string(static_cast<size_t>(std::clamp<std::int64_t>(width.as_int(), 0, 256)), ' ');
+  const std::string pad = width.is(Kind::kString)
+                              ? width.str()
+                              : std::string(static_cast<size_t>(std::clamp<std::int64_t>(width.as_int(), 0, 256)), ' ');
   const bool first = a.get_or(1, Value::boolean(false)).truthy();
   const bool blank = a.get_or(2, Value::boolean(false)).truthy();
   const Text text = to_text(v);
@@ -229,7 +237,8 @@ Value select(const Value& v, const CallArgs& args, bool by_attribute, bool keep)
     bool holds;
     if (args.positional.size() >= first_test_arg) {
       CallArgs test_args;
-      test_args.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(first_test_arg), args.positional.end());
+      test_args.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(first_test_arg),
+                                  args.positional.end());
       holds = apply_test(str_of(args.positional[first_test_arg - 1]), subject, test_args);
     } else {
       holds = subject.truthy();
@@ -297,7 +306,8 @@ Value extreme(const Value& v, const CallArgs& args, bool largest) {
 Value do_sum(const Value& v, const CallArgs& args, const Budget& budget) {
   const Arguments a(args, "sum", {"attribute", "start"});
   Value total = a.get_or(1, Value::integer(0));
-  for (const Value& item : items_of(v)) total = binary("+", total, a.get(0) ? attribute_path(item, *a.get(0)) : item, budget);
+  for (const Value& item : items_of(v))
+    total = binary("+", total, a.get(0) ? attribute_path(item, *a.get(0)) : item, budget);
   return total;
 }
 
@@ -321,17 +331,22 @@ Value do_dictsort(const Value& v, const CallArgs& args, const Budget& budget) {
 
 const std::map<std::string, Filter>& filters() {
   static const std::map<std::string, Filter> table = {
-      {"abs", [](const Value& v, const CallArgs&, const Budget&) {
-         return v.is(Kind::kFloat) ? Value::number(std::fabs(v.as_double())) : v.as_int() < 0 ? negate(v) : Value::integer(v.as_int());
+      {"abs",
+       [](const Value& v, const CallArgs&, const Budget&) {
+         return v.is(Kind::kFloat) ? Value::number(std::fabs(v.as_double()))
+                : v.as_int() < 0   ? negate(v)
+                                   : Value::integer(v.as_int());
        }},
-      {"capitalize", [](const Value& v, const CallArgs&, const Budget&) { return Value::string(change_case(to_text(v), Case::kCapitalize)); }},
+      {"capitalize", [](const Value& v, const CallArgs&,
+                        const Budget&) { return Value::string(change_case(to_text(v), Case::kCapitalize)); }},
       {"count", [](const Value& v, const CallArgs&, const Budget&) { return Value::integer(length(v)); }},
       {"d", do_default},
       {"default", do_default},
       {"dictsort", do_dictsort},
       {"e", do_escape},
       {"escape", do_escape},
-      {"first", [](const Value& v, const CallArgs&, const Budget&) {
+      {"first",
+       [](const Value& v, const CallArgs&, const Budget&) {
          const List items = items_of(v);
          return items.empty() ? Value::undefined("no first item of an empty sequence") : items.front();
        }},
@@ -340,13 +355,15 @@ const std::map<std::string, Filter>& filters() {
       {"int", do_int},
       {"items", do_items},
       {"join", do_join},
-      {"last", [](const Value& v, const CallArgs&, const Budget&) {
+      {"last",
+       [](const Value& v, const CallArgs&, const Budget&) {
          const List items = items_of(v);
          return items.empty() ? Value::undefined("no last item of an empty sequence") : items.back();
        }},
       {"length", [](const Value& v, const CallArgs&, const Budget&) { return Value::integer(length(v)); }},
       {"list", [](const Value& v, const CallArgs&, const Budget&) { return Value::list(items_of(v)); }},
-      {"lower", [](const Value& v, const CallArgs&, const Budget&) { return Value::string(change_case(to_text(v), Case::kLower)); }},
+      {"lower", [](const Value& v, const CallArgs&,
+                   const Budget&) { return Value::string(change_case(to_text(v), Case::kLower)); }},
       {"map", do_map},
       {"max", [](const Value& v, const CallArgs& a, const Budget&) { return extreme(v, a, true); }},
       {"min", [](const Value& v, const CallArgs& a, const Budget&) { return extreme(v, a, false); }},
@@ -361,11 +378,14 @@ const std::map<std::string, Filter>& filters() {
       {"sort", do_sort},
       {"string", [](const Value& v, const CallArgs&, const Budget&) { return Value::string(to_text(v)); }},
       {"sum", do_sum},
-      {"title", [](const Value& v, const CallArgs&, const Budget&) { return Value::string(change_case(to_text(v), Case::kJinjaTitle)); }},
+      {"title", [](const Value& v, const CallArgs&,
+                   const Budget&) { return Value::string(change_case(to_text(v), Case::kJinjaTitle)); }},
       {"tojson", do_tojson},
       {"trim", do_trim},
-      {"upper", [](const Value& v, const CallArgs&, const Budget&) { return Value::string(change_case(to_text(v), Case::kUpper)); }},
-      {"wordcount", [](const Value& v, const CallArgs&, const Budget&) { return Value::integer(word_count(str_of(v))); }},
+      {"upper", [](const Value& v, const CallArgs&,
+                   const Budget&) { return Value::string(change_case(to_text(v), Case::kUpper)); }},
+      {"wordcount",
+       [](const Value& v, const CallArgs&, const Budget&) { return Value::integer(word_count(str_of(v))); }},
   };
   return table;
 }
@@ -396,35 +416,51 @@ const std::map<std::string, Test>& tests() {
       {"number", [](const Value& v, const Arguments&) { return v.is_number(); }},
       {"string", [](const Value& v, const Arguments&) { return v.is(Kind::kString); }},
       {"mapping", [](const Value& v, const Arguments&) { return v.is(Kind::kDict); }},
-      {"sequence", [](const Value& v, const Arguments&) {
-         return v.is(Kind::kString) || v.is(Kind::kList) || v.is(Kind::kDict);
-       }},
-      {"iterable", [](const Value& v, const Arguments&) {
+      {"sequence",
+       [](const Value& v, const Arguments&) { return v.is(Kind::kString) || v.is(Kind::kList) || v.is(Kind::kDict); }},
+      {"iterable",
+       [](const Value& v, const Arguments&) {
          return v.is(Kind::kString) || v.is(Kind::kList) || v.is(Kind::kDict) || v.is(Kind::kUndefined);
        }},
       {"callable", [](const Value& v, const Arguments&) { return v.is(Kind::kCallable); }},
       {"odd", [](const Value& v, const Arguments&) { return is_integer(v) && (v.as_int() % 2 != 0); }},
       {"even", [](const Value& v, const Arguments&) { return is_integer(v) && v.as_int() % 2 == 0; }},
-      {"divisibleby", [](const Value& v, const Arguments& a) {
+      {"divisibleby",
+       [](const Value& v, const Arguments& a) {
          const std::int64_t n = arg(a, "divisibleby").as_int();
          if (n == 0) throw EvalError("integer division or modulo by zero");
          return v.as_int() % n == 0;
        }},
-      {"eq", eq}, {"equalto", eq}, {"==", eq}, {"ne", ne}, {"!=", ne},
-      {"lt", lt}, {"lessthan", lt}, {"<", lt}, {"le", le}, {"<=", le},
-      {"gt", gt}, {"greaterthan", gt}, {">", gt}, {"ge", ge}, {">=", ge},
+      {"eq", eq},
+      {"equalto", eq},
+      {"==", eq},
+      {"ne", ne},
+      {"!=", ne},
+      {"lt", lt},
+      {"lessthan", lt},
+      {"<", lt},
+      {"le", le},
+      {"<=", le},
+      {"gt", gt},
+      {"greaterthan", gt},
+      {">", gt},
+      {"ge", ge},
+      {">=", ge},
       {"in", [](const Value& v, const Arguments& a) { return contains(arg(a, "in"), v); }},
-      {"sameas", [](const Value& v, const Arguments& a) {
+      {"sameas",
+       [](const Value& v, const Arguments& a) {
          const Value& other = arg(a, "sameas");
          if (v.kind() != other.kind()) return false;
          if (v.is(Kind::kNone) || v.is(Kind::kUndefined)) return true;
          if (v.is(Kind::kBool)) return v.as_bool() == other.as_bool();
          return equal(v, other) && (v.is_number() || &v.entries() == &other.entries());
        }},
-      {"lower", [](const Value& v, const Arguments&) {
+      {"lower",
+       [](const Value& v, const Arguments&) {
          return v.is(Kind::kString) && change_case(v.text(), Case::kLower).bytes == v.str();
        }},
-      {"upper", [](const Value& v, const Arguments&) {
+      {"upper",
+       [](const Value& v, const Arguments&) {
          return v.is(Kind::kString) && change_case(v.text(), Case::kUpper).bytes == v.str();
        }},
       {"escaped", [](const Value&, const Arguments&) { return false; }},

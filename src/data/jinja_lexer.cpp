@@ -24,8 +24,8 @@ std::string normalize_newlines(std::string_view source) {
     const size_t start = i;
     const char32_t c = next_code_point(source, i);
     if (c == '\r' && i < source.size() && source[i] == '\n') ++i;
-    const bool boundary = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E) ||
-                          c == 0x85 || c == 0x2028 || c == 0x2029;
+    const bool boundary = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E) || c == 0x85 ||
+                          c == 0x2028 || c == 0x2029;
     if (boundary) {
       out += '\n';
     } else {
@@ -200,8 +200,8 @@ class Lexer {
     } else if (c == '\'' || c == '"') {
       tokens_.push_back({Token::Kind::kString, string_literal(), line, column});
     } else {
-      static const char* const kOperators[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~",
-                                               "<",  ">",  "=",  ".",  ",",  ":",  "|", "(", ")", "[", "]", "{", "}"};
+      static const char* const kOperators[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
+                                               ">",  "=",  ".",  ",",  ":",  "|",  "(", ")", "[", "]", "{", "}"};
       for (const char* op : kOperators) {
         if (src_.compare(pos_, std::strlen(op), op) == 0) {
           if (std::strchr("([{", op[0]) && op[1] == '\0') ++brackets_;

@@ -27,7 +27,19 @@ class RaisedError : public TemplateError {
 };
 
 struct Token {
-  enum class Kind { kText, kPrintOpen, kPrintClose, kBlockOpen, kBlockClose, kName, kString, kInt, kFloat, kOperator, kEnd };
+  enum class Kind {
+    kText,
+    kPrintOpen,
+    kPrintClose,
+    kBlockOpen,
+    kBlockClose,
+    kName,
+    kString,
+    kInt,
+    kFloat,
+    kOperator,
+    kEnd
+  };
   Kind kind;
   std::string value;  // text, name, operator, a string's decoded bytes, a number's digits
   int line = 0;

@@ -56,8 +56,9 @@ Value string_method(const Value& object, const std::string& name, const CallArgs
     List options = prefix.is(Kind::kList) ? prefix.items() : List{prefix};
     for (const Value& option : options) {
       const std::string p = text_of(option, (name + " first arg").c_str());
-      const bool hit = p.size() <= s.size() &&
-                       (name == "startswith" ? s.compare(0, p.size(), p) == 0 : s.compare(s.size() - p.size(), p.size(), p) == 0);
+      const bool hit =
+          p.size() <= s.size() &&
+          (name == "startswith" ? s.compare(0, p.size(), p) == 0 : s.compare(s.size() - p.size(), p.size(), p) == 0);
       if (hit) return Value::boolean(true);
     }
     return Value::boolean(false);
@@ -235,7 +236,8 @@ List split(const Text& text, const Value& sep, std::int64_t max_split) {
     const std::string separator = text_of(sep, "split separator");
     if (separator.empty()) throw EvalError("empty separator");
     size_t from = 0;
-    for (size_t at = s.find(separator); at != std::string::npos && (max_split < 0 || static_cast<std::int64_t>(out.size()) < max_split);
+    for (size_t at = s.find(separator);
+         at != std::string::npos && (max_split < 0 || static_cast<std::int64_t>(out.size()) < max_split);
          at = s.find(separator, from)) {
       out.push_back(Value::string(text.slice(from, at)));
       from = at + separator.size();
@@ -297,7 +299,7 @@ Value range(const CallArgs& args, const Budget& budget) {
   const auto [start, stop, step] = bounds;
   if (step == 0) throw EvalError("range() arg 3 must not be zero");
   const long double count = step > 0 ? (static_cast<long double>(stop) - start + step - 1) / step
-                                      : (static_cast<long double>(start) - stop - step - 1) / -step;
+                                     : (static_cast<long double>(start) - stop - step - 1) / -step;
   if (count > static_cast<long double>(budget.max_items)) budget.check_items(budget.max_items + 1);
   List out;
   for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(Value::integer(i));
@@ -320,9 +322,11 @@ Dict keyword_dict(const CallArgs& args, const std::string& function) {
 std::optional<Value> global(const std::string& name, const Budget& budget) {
   if (name == "range") return Value::callable("range", [budget](const CallArgs& a) { return range(a, budget); });
   if (name == "namespace") {
-    return Value::callable("namespace", [](const CallArgs& a) { return Value::name_space(keyword_dict(a, "namespace")); });
+    return Value::callable("namespace",
+                           [](const CallArgs& a) { return Value::name_space(keyword_dict(a, "namespace")); });
   }
-  if (name == "dict") return Value::callable("dict", [](const CallArgs& a) { return Value::dict(keyword_dict(a, "dict")); });
+  if (name == "dict")
+    return Value::callable("dict", [](const CallArgs& a) { return Value::dict(keyword_dict(a, "dict")); });
   if (name == "raise_exception") {
     return Value::callable("raise_exception", [](const CallArgs& a) -> Value {
       const Arguments bound(a, "raise_exception", {"message"});

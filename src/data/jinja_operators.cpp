@@ -186,8 +186,8 @@ Value subscript(const Value& target, const Value& key) {
   if ((target.is(Kind::kList) || target.is(Kind::kString)) && (key.is(Kind::kInt) || key.is(Kind::kBool))) {
     const bool is_string = target.is(Kind::kString);
     const std::vector<size_t> offsets = is_string ? code_point_offsets(target.str()) : std::vector<size_t>{};
-    const std::int64_t size = is_string ? static_cast<std::int64_t>(offsets.size()) - 1
-                                        : static_cast<std::int64_t>(target.items().size());
+    const std::int64_t size =
+        is_string ? static_cast<std::int64_t>(offsets.size()) - 1 : static_cast<std::int64_t>(target.items().size());
     const std::int64_t i = key.as_int() < 0 ? key.as_int() + size : key.as_int();
     if (i < 0 || i >= size) {
       return Value::undefined(std::string(is_string ? "str" : "list") + " object has no element " + repr(key));

@@ -37,9 +37,7 @@ class Parser {
     Parser& p_;
   };
 
-  const Token& peek(size_t ahead = 0) const {
-    return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)];
-  }
+  const Token& peek(size_t ahead = 0) const { return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)]; }
   bool at(Token::Kind kind) const { return peek().kind == kind; }
   bool at_name(const char* name, size_t ahead = 0) const {
     return peek(ahead).kind == Token::Kind::kName && peek(ahead).value == name;
@@ -61,9 +59,7 @@ class Parser {
     return true;
   }
 
-  [[noreturn]] void fail(const std::string& message) const {
-    throw TemplateError(message, peek().line, peek().column);
-  }
+  [[noreturn]] void fail(const std::string& message) const { throw TemplateError(message, peek().line, peek().column); }
 
   static std::string describe(const Token& t) {
     switch (t.kind) {
@@ -112,7 +108,8 @@ class Parser {
     while (true) {
       if (at(Token::Kind::kEnd)) {
         if (!stops.empty()) {
-          const auto end = std::find_if(stops.begin(), stops.end(), [](const std::string& s) { return s.rfind("end", 0) == 0; });
+          const auto end =
+              std::find_if(stops.begin(), stops.end(), [](const std::string& s) { return s.rfind("end", 0) == 0; });
           fail("the template ends before its '" + (end == stops.end() ? *stops.begin() : *end) + "'");
         }
         return body;

@@ -141,9 +141,10 @@ class Renderer {
     }
     const List items = iterate(value);
     if (items.size() != targets.size()) {
-      fail(items.size() < targets.size() ? "not enough values to unpack (expected " + std::to_string(targets.size()) +
-                                               ", got " + std::to_string(items.size()) + ")"
-                                         : "too many values to unpack (expected " + std::to_string(targets.size()) + ")");
+      fail(items.size() < targets.size()
+               ? "not enough values to unpack (expected " + std::to_string(targets.size()) + ", got " +
+                     std::to_string(items.size()) + ")"
+               : "too many values to unpack (expected " + std::to_string(targets.size()) + ")");
     }
     for (size_t i = 0; i < targets.size(); ++i) scope.set(targets[i], items[i]);
   }
@@ -363,7 +364,8 @@ class Renderer {
       case Kind::kFilter:
         return apply_filter(node.name, eval(*node.kids[0], scope), arguments(node, scope), budget_);
       case Kind::kTest:
-        return Value::boolean(apply_test(node.name, eval(*node.kids[0], scope), arguments(node, scope)) != node.negated);
+        return Value::boolean(apply_test(node.name, eval(*node.kids[0], scope), arguments(node, scope)) !=
+                              node.negated);
       case Kind::kNot:
         return Value::boolean(!eval(*node.kids[0], scope).truthy());
       case Kind::kNegate:

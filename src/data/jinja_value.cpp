@@ -261,7 +261,10 @@ std::string string_repr(const std::string& s) {
     } else if (printable(c)) {
       out.append(s, start, i - start);
     } else {
-      std::snprintf(escape, sizeof escape, c < 0x100 ? "\\x%02x" : c < 0x10000 ? "\\u%04x" : "\\U%08x",
+      std::snprintf(escape, sizeof escape,
+                    c < 0x100     ? "\\x%02x"
+                    : c < 0x10000 ? "\\u%04x"
+                                  : "\\U%08x",
                     static_cast<unsigned>(c));
       out += escape;
     }
@@ -449,7 +452,8 @@ int compare(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
     const double x = a.as_double();
     const double y = b.as_double();
-    if (!a.is(Value::Kind::kFloat) && !b.is(Value::Kind::kFloat)) return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int();
+    if (!a.is(Value::Kind::kFloat) && !b.is(Value::Kind::kFloat))
+      return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int();
     return x < y ? -1 : x > y;
   }
   if (a.is(Value::Kind::kString) && b.is(Value::Kind::kString)) {

@@ -60,8 +60,8 @@ bool flag(const json& config, const char* key, const std::string& where) {
 TokenizerConfig read_tokenizer_config(const std::string& path, const std::string& chat_template_file) {
   TokenizerConfig out;
   const fs::path dir = model_directory(path);
-  const fs::path config_path = fs::path(path).filename() == "tokenizer_config.json" ? fs::path(path)
-                                                                                     : dir / "tokenizer_config.json";
+  const fs::path config_path =
+      fs::path(path).filename() == "tokenizer_config.json" ? fs::path(path) : dir / "tokenizer_config.json";
   if (fs::exists(config_path)) {
     const std::string where = config_path.string();
     const json config =

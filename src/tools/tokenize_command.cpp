@@ -112,12 +112,9 @@ std::vector<std::string> read_texts(const config::ParsedArgs& parsed) {
 }  // namespace
 
 int run_tokenize(const Args& args) {
-  const std::vector<config::Flag> flags{{"tokenizer", true, ""},
-                                        {"text", true, ""},
-                                        {"texts", true, ""},
-                                        {"add-special-tokens", false, ""},
-                                        {"plain-special", false, ""},
-                                        {"conversations", true, ""},
+  const std::vector<config::Flag> flags{{"tokenizer", true, ""},      {"text", true, ""},
+                                        {"texts", true, ""},          {"add-special-tokens", false, ""},
+                                        {"plain-special", false, ""}, {"conversations", true, ""},
                                         {"chat-template", true, ""}};
   if (wants_help(args)) {
     std::cout << kTokenizeUsage;

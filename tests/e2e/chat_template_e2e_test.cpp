@@ -26,15 +26,6 @@ namespace fs = std::filesystem;
 const std::string kTemplates = kSource + "/tests/data/chat_templates";
 const std::string kReference = "/usr/bin/python3 " + kSource + "/tests/support/chat_template_reference.py";
 
-std::vector<json> json_lines(const std::string& text) {
-  std::vector<json> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) out.push_back(json::parse(line));
-  }
-  return out;
-}
-
 class ChatTemplateEndToEnd : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -66,7 +57,8 @@ class ChatTemplateEndToEnd : public ::testing::Test {
   }
 
   // Ours and the reference's line for every conversation: the same text, or the same refusal.
-  static void expect_reference(const std::string& dir, const std::string& template_file, const std::string& conversations) {
+  static void expect_reference(const std::string& dir, const std::string& template_file,
+                               const std::string& conversations) {
     const std::string chosen = template_file.empty() ? "" : " --chat-template " + template_file;
     const ProcessResult ours =
         run_command(kBin + " tokenize --tokenizer " + dir + chosen + " --conversations " + conversations);
@@ -79,7 +71,8 @@ class ChatTemplateEndToEnd : public ::testing::Test {
     ASSERT_EQ(a.size(), b.size());
     ASSERT_GE(a.size(), 5u);
     for (size_t i = 0; i < a.size(); ++i) {
-      const std::string where = (template_file.empty() ? dir : template_file) + ", conversation " + std::to_string(i + 1);
+      const std::string where =
+          (template_file.empty() ? dir : template_file) + ", conversation " + std::to_string(i + 1);
       if (b[i].contains("text")) {
         ASSERT_TRUE(a[i].contains("text")) << where << ": " << a[i].dump();
         EXPECT_EQ(a[i]["text"], b[i]["text"]) << where;
@@ -135,7 +128,8 @@ TEST_F(ChatTemplateEndToEnd, SpansSayWhichBytesCameFromWhichMessage) {
                                           "{{ '\\n' + m.content.split(' ')[0] | upper }}{% endfor %}");
   const std::string conversations = work_ + "/spans.jsonl";
   std::ofstream(conversations) << R"({"messages": [{"role": "user", "content": " hi there "},)"
-                               << R"( {"role": "assistant", "content": "fine, thanks"}]})" << "\n";
+                               << R"( {"role": "assistant", "content": "fine, thanks"}]})"
+                               << "\n";
   const ProcessResult r = run_command(kBin + " tokenize --tokenizer " + own_dir_ + " --chat-template " + file +
                                       " --conversations " + conversations);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -156,7 +150,8 @@ TEST_F(ChatTemplateEndToEnd, BadTemplatesAreOneLineWithTheirPlace) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{{ messages | shout }}", "line 1, column 13: no filter named 'shout'"},
       {"a\n{% if x %}b", "the template ends before its 'endif'"},
-      {"{% include 'x.jinja' %}", "line 1, column 4: the statement 'include' is not supported (a chat template may not read files)"},
+      {"{% include 'x.jinja' %}",
+       "line 1, column 4: the statement 'include' is not supported (a chat template may not read files)"},
       {"\n  {% frobnicate %}", "line 2, column 6: unknown statement 'frobnicate'"},
       {"{{ 'open }}", "line 1, column 4: the string is not closed"},
       {"{{ x is odd(1 }}", "line 1, column 1: the expression is not closed by }}"},
@@ -179,7 +174,8 @@ TEST_F(ChatTemplateEndToEnd, BadTemplatesAreOneLineWithTheirPlace) {
 // An untrusted template cannot loop, recurse or write without end: each bound is one error.
 TEST_F(ChatTemplateEndToEnd, TheSandboxsBoundsAreOneLineEach) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"{% for i in range(2000) %}{% for j in range(2000) %}{% endfor %}{% endfor %}", "loops run more than 1000000 iterations"},
+      {"{% for i in range(2000) %}{% for j in range(2000) %}{% endfor %}{% endfor %}",
+       "loops run more than 1000000 iterations"},
       {"{{ 'x' * 20000000 }}", "a string of more than 16777216 bytes"},
       {"{% for i in range(1000) %}{{ 'y' * 100000 }}{% endfor %}", "writes more than 16777216 bytes"},
       {"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "macro calls nest deeper than 32"},
@@ -187,7 +183,8 @@ TEST_F(ChatTemplateEndToEnd, TheSandboxsBoundsAreOneLineEach) {
       {"{{ messages.__class__ }}{{ cycler }}{{ lipsum() }}", "'lipsum' is undefined"},
   };
   const std::string conversations = work_ + "/one.jsonl";
-  std::ofstream(conversations) << R"({"messages": [{"role": "user", "content": "hi"}]})" << "\n";
+  std::ofstream(conversations) << R"({"messages": [{"role": "user", "content": "hi"}]})"
+                               << "\n";
   for (const auto& [source, expected] : cases) {
     const std::string file = write_template("bound.jinja", source);
     const ProcessResult r = run_command(kBin + " tokenize --tokenizer " + own_dir_ + " --chat-template " + file +

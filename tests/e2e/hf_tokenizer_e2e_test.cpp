@@ -27,15 +27,6 @@ namespace fs = std::filesystem;
 const std::string kTexts = kSource + "/tests/data/tokenizer_texts.jsonl";
 const std::string kReference = "node " + kSource + "/tests/support/hf_tokenizer_reference.js";
 
-std::vector<json> json_lines(const std::string& text) {
-  std::vector<json> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) out.push_back(json::parse(line));
-  }
-  return out;
-}
-
 class HfTokenizerEndToEnd : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

@@ -28,4 +28,13 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   return records;
 }
 
+std::vector<nlohmann::json> json_lines(const std::string& text) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  }
+  return out;
+}
+
 }  // namespace hpctrain::testing

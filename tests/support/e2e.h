@@ -29,5 +29,7 @@ FashionSuite make_fashion_suite(const std::string& tag, int limit, int shards, c
 
 // The records of a JSON-lines file (metrics.jsonl), in order.
 std::vector<nlohmann::json> read_jsonl(const std::string& path);
+// The records of JSON-lines text (a command's output), empty lines left out.
+std::vector<nlohmann::json> json_lines(const std::string& text);
 
 }  // namespace hpctrain::testing
