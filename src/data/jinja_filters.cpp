@@ -29,7 +29,7 @@ Value attribute_path(const Value& item, const Value& path) {
   while (true) {
     const size_t dot = p.find('.', from);
     const std::string part = p.substr(from, dot == std::string::npos ? std::string::npos : dot - from);
-    const bool index = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
+    const bool index = !part.empty() && part.size() < 19 && part.find_first_not_of("0123456789") == std::string::npos;
     current = index ? subscript(current, Value::integer(std::stoll(part))) : subscript(current, Value::string(part));
     if (dot == std::string::npos) return current;
     from = dot + 1;

@@ -1,5 +1,7 @@
 // Python's operators, subscripts and slices over chat-template values, as Jinja2 evaluates them.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "jinja_builtins.h"
@@ -99,20 +101,24 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     return Value::integer(op == "//" ? q : x - q * y);
   }
   if (y < 0) return Value::number(std::pow(static_cast<double>(x), static_cast<double>(y)));
-  long double power = 1;
+  if (x == 0 || x == 1) return Value::integer(y == 0 ? 1 : x);
+  if (x == -1) return Value::integer(y % 2 == 0 ? 1 : -1);
+  long double power = 1;  // |x| >= 2: at most 64 multiplications before it overflows
   for (std::int64_t i = 0; i < y && power != 0 && std::fabs(power) < 1e19L; ++i) power *= lx;
   return Value::integer(checked(power, op));
 }
 
 Value repeat(const Value& sequence, std::int64_t times, const Budget& budget) {
   const size_t n = times > 0 ? static_cast<size_t>(times) : 0;
+  const size_t unit = sequence.is(Kind::kString) ? sequence.str().size() : sequence.items().size();
+  const size_t total = unit > 0 && n > SIZE_MAX / unit ? SIZE_MAX : unit * n;
   if (sequence.is(Kind::kString)) {
-    budget.check_string(sequence.str().size() * n);
+    budget.check_string(total);
     Text out;
     for (size_t i = 0; i < n; ++i) out.append(sequence.text());
     return Value::string(std::move(out));
   }
-  budget.check_items(sequence.items().size() * n);
+  budget.check_items(total);
   List out;
   for (size_t i = 0; i < n; ++i) out.insert(out.end(), sequence.items().begin(), sequence.items().end());
   return Value::list(std::move(out));
@@ -233,7 +239,7 @@ Value slice(const Value& target, const Value& start, const Value& stop, const Va
   std::int64_t by = 1;
   if (!step.is(Kind::kUndefined) && !step.is(Kind::kNone)) {
     if (!step.is(Kind::kInt)) throw EvalError("slice indices must be integers or None");
-    by = step.as_int();
+    by = std::max(step.as_int(), -std::numeric_limits<std::int64_t>::max());  // -by must exist
     if (by == 0) throw EvalError("slice step cannot be zero");
   }
   const bool back = by < 0;

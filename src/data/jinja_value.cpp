@@ -81,9 +81,18 @@ Value Value::string(Text text) {
   return v;
 }
 
+void Value::set_depth(const Value& child) {
+  if (child.depth_ + 1 > kMaxDepth) {
+    throw EvalError("a value nests deeper than " + std::to_string(kMaxDepth) + " levels");
+  }
+  depth_ = std::max<std::uint8_t>(depth_, static_cast<std::uint8_t>(child.depth_ + 1));
+  holds_namespace_ = holds_namespace_ || child.holds_namespace_ || child.is(Kind::kNamespace);
+}
+
 Value Value::list(List items) {
   Value v;
   v.kind_ = Kind::kList;
+  for (const Value& item : items) v.set_depth(item);
   v.list_ = std::make_shared<const List>(std::move(items));
   return v;
 }
@@ -97,6 +106,7 @@ Value Value::tuple(List items) {
 Value Value::dict(Dict entries) {
   Value v;
   v.kind_ = Kind::kDict;
+  for (const auto& entry : entries) v.set_depth(entry.second);
   v.dict_ = std::make_shared<Dict>(std::move(entries));
   return v;
 }
@@ -163,6 +173,11 @@ const Value* Value::find(std::string_view key) const {
 }
 
 void Value::set_attribute(const std::string& key, Value value) const {
+  if (value.holds_namespace_ || value.is(Kind::kNamespace)) {
+    throw EvalError("a namespace attribute cannot hold a namespace in this template engine");
+  }
+  if (value.depth_ + 1 > kMaxDepth)
+    throw EvalError("a value nests deeper than " + std::to_string(kMaxDepth) + " levels");
   for (auto& [k, v] : *dict_) {
     if (k == key) {
       v = std::move(value);

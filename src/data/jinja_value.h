@@ -89,7 +89,8 @@ class Value {
   const Dict& entries() const;  // dicts and namespaces
   // A dict's or namespace's value for `key`, or null.
   const Value* find(std::string_view key) const;
-  // A namespace's attribute, set (the only mutation a template can make).
+  // A namespace's attribute, set (the only mutation a template can make). A value that holds a
+  // namespace is refused: the namespace could come to hold itself.
   void set_attribute(const std::string& key, Value value) const;
   const Callable& function() const { return *callable_; }
   // What an undefined value stands for ("'x' is undefined"), for its error.
@@ -100,8 +101,15 @@ class Value {
 
  private:
   Kind kind_ = Kind::kUndefined;
+  // Containers nest at most kMaxDepth deep, so printing, comparing and freeing them cannot
+  // exhaust the stack.
+  static constexpr int kMaxDepth = 64;
+  void set_depth(const Value& child);
+
   bool bool_ = false;
   bool tuple_ = false;
+  bool holds_namespace_ = false;
+  std::uint8_t depth_ = 0;
   std::int64_t int_ = 0;
   double float_ = 0;
   std::shared_ptr<const Text> text_;

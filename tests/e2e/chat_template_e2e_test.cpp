@@ -180,6 +180,10 @@ TEST_F(ChatTemplateEndToEnd, TheSandboxsBoundsAreOneLineEach) {
       {"{% for i in range(1000) %}{{ 'y' * 100000 }}{% endfor %}", "writes more than 16777216 bytes"},
       {"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "macro calls nest deeper than 32"},
       {"{{ range(10000000) }}", "a list of more than 1000000 items"},
+      {"{% set ns = namespace() %}{% set ns.me = [ns] %}", "a namespace attribute cannot hold a namespace"},
+      {"{% set ns = namespace(x=[]) %}{% for i in range(99) %}{% set ns.x = [ns.x] %}{% endfor %}",
+       "a value nests deeper than 64 levels"},
+      {"{{ 1 ** 9223372036854775807 }}{{ 3 ** 64 }}", "integer overflow in **"},
       {"{{ messages.__class__ }}{{ cycler }}{{ lipsum() }}", "'lipsum' is undefined"},
   };
   const std::string conversations = work_ + "/one.jsonl";
