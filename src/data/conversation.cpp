@@ -3,27 +3,14 @@
 
 #include <map>
 
+#include "json_depth.h"
+
 namespace hpctrain::data {
 namespace {
 
 using ojson = nlohmann::ordered_json;
 
 constexpr size_t kMaxDepth = 32;  // tool calls' arguments nest a few levels
-
-size_t nesting_depth(const ojson& root) {
-  size_t deepest = 0;
-  std::vector<std::pair<const ojson*, size_t>> todo{{&root, 1}};
-  while (!todo.empty()) {
-    const auto [node, depth] = todo.back();
-    todo.pop_back();
-    deepest = std::max(deepest, depth);
-    if (depth > kMaxDepth) break;
-    if (node->is_structured()) {
-      for (const ojson& child : *node) todo.emplace_back(&child, depth + 1);
-    }
-  }
-  return deepest;
-}
 
 ConversationFormat detect(const ojson& record) {
   if (record.contains("messages")) return ConversationFormat::kMessages;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hf_tokenizer_parts.h"
+#include "json_depth.h"
 #include "hpctrain/core/error.h"
 #include "hpctrain/core/system.h"
 #include "utf8.h"
@@ -21,21 +22,6 @@ constexpr size_t kCachedWords = 1 << 20;  // words repeat: BPE each distinct one
 
 bool is_word_byte(unsigned char c) { return std::isalnum(c) != 0 || c == '_' || c >= 0x80; }
 bool is_space_byte(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
-
-// How deeply `root` nests, counted without recursion (the readers recurse into Sequences).
-size_t nesting_depth(const json& root) {
-  size_t deepest = 0;
-  std::vector<std::pair<const json*, size_t>> todo{{&root, 1}};
-  while (!todo.empty()) {
-    const auto [node, depth] = todo.back();
-    todo.pop_back();
-    deepest = std::max(deepest, depth);
-    if (node->is_structured()) {
-      for (const json& child : *node) todo.emplace_back(&child, depth + 1);
-    }
-  }
-  return deepest;
-}
 
 std::string resolved_path(const std::string& path) {
   return std::filesystem::is_directory(path) ? (std::filesystem::path(path) / "tokenizer.json").string() : path;
